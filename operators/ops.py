@@ -1,0 +1,360 @@
+"""Operators and collectives: what the duration models are asked about.
+
+An :class:`Op` carries the raw shape (b, l, d, h, mp, v, layers); its regressor
+features are the paper's Table I, computed by :func:`features`. Keeping the raw
+shape lets one sample table serve both the features and FLOP/byte counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Direction(str, Enum):
+    FWD = "fwd"
+    BWD = "bwd"
+    UPDATE = "update"  # optimizer operators have one duration
+
+
+class OpKind(str, Enum):
+    EMBEDDING = "embedding"
+    LAYERNORM = "layernorm"
+    RMSNORM = "rmsnorm"
+    LINEAR1 = "linear1"  # QKV projection
+    ROPE = "rope"
+    BADDBMM = "baddbmm"  # QK^T
+    FILLMASK = "fillmask"
+    SOFTMAX = "softmax"
+    FUSED_SOFTMAX = "fused_softmax"  # scaled upper-triangular masked softmax
+    BMM = "bmm"  # .V
+    FLASH_ATTN = "flash_attn"
+    LINEAR2 = "linear2"  # attention output
+    LINEAR3 = "linear3"  # MLP up
+    GELU = "gelu"
+    LINEAR4 = "linear4"  # MLP down
+    LINEAR_FINAL = "linear_final"  # LM head
+    CROSS_ENTROPY = "cross_entropy"  # vocab-parallel cross-entropy
+    RES_ADD = "res_add"
+    OPTIMIZER_FIRST = "optimizer_first"  # features [mp, d, encoders]
+    OPTIMIZER_MIDDLE = "optimizer_middle"
+    OPTIMIZER_LAST = "optimizer_last"
+    # Hugging Face GPT-NeoX under torch.autocast(bf16) with fp32 weights (TrainingSpec.framework
+    # "hf"). Each is the exact torch code one HF sub-block runs, so the weight casts (fp32 ->
+    # bf16 every forward), the fp32 residual stream and norms, the fp32 loss and the fp32
+    # gradient casts are measured inside the operator they belong to. mp is always 1.
+    HF_EMBEDDING = "hf_embedding"  # fp32 nn.Embedding; backward is a dense fp32 [v, d] gradient
+    HF_LAYERNORM = "hf_layernorm"  # fp32 LayerNorm on the fp32 residual stream (autocast keeps it fp32)
+    HF_QKV = "hf_qkv"  # query_key_value: fp32 input and weights cast to bf16
+    HF_ATTENTION = "hf_attention"  # split heads, partial rotary (fp32 cos/sin), sdpa causal, merge heads
+    HF_DENSE = "hf_dense"  # attention output projection, bf16 input, fp32 weights
+    HF_MLP_UP = "hf_mlp_up"  # dense_h_to_4h: fp32 input (post-attention LayerNorm)
+    HF_MLP_DOWN = "hf_mlp_down"  # dense_4h_to_h: bf16 input (GeLU output)
+    HF_RESIDUAL = "hf_residual"  # parallel residual: mlp(bf16) + attn(bf16) + hidden(fp32) -> fp32
+    HF_LM_HEAD = "hf_lm_head"  # embed_out: fp32 input, fp32 weight cast to bf16, no bias
+    HF_LOSS = "hf_loss"  # logits.float(), shift labels, cross-entropy (mean)
+    HF_GRAD_ACCUM = "hf_grad_accum"  # fp32 .grad += new grad over all parameters (micro-batches 2..m)
+    HF_OPTIMIZER = "hf_optimizer"  # fused AdamW step over all fp32 parameters + zero_grad(set_to_none)
+
+    @property
+    def is_optimizer(self) -> bool:
+        """Kinds with one per-update duration (direction "update") rather than fwd/bwd."""
+        return self in _UPDATE_KINDS
+
+
+_UPDATE_KINDS = frozenset({OpKind.OPTIMIZER_FIRST, OpKind.OPTIMIZER_MIDDLE, OpKind.OPTIMIZER_LAST,
+                           OpKind.HF_GRAD_ACCUM, OpKind.HF_OPTIMIZER})
+
+
+#: Table I feature names per operator kind.
+FEATURE_NAMES: dict[OpKind, tuple[str, ...]] = {
+    OpKind.EMBEDDING: ("b*l", "v/mp", "d"),
+    OpKind.LAYERNORM: ("b", "l", "d"),
+    OpKind.RMSNORM: ("b", "l", "d"),
+    OpKind.RES_ADD: ("b", "l", "d"),
+    OpKind.LINEAR1: ("b*l", "d", "3d/mp"),
+    OpKind.ROPE: ("b", "l", "h/mp", "d/h"),
+    OpKind.BADDBMM: ("b*h/mp", "l", "d/h", "l"),
+    OpKind.FILLMASK: ("b", "h/mp", "l", "d"),
+    OpKind.SOFTMAX: ("b", "h/mp", "l", "l"),
+    OpKind.FUSED_SOFTMAX: ("b*h/mp", "l", "l"),
+    OpKind.BMM: ("b*h/mp", "l", "l", "d/h"),
+    OpKind.FLASH_ATTN: ("b", "l", "h/mp", "d/h"),
+    OpKind.LINEAR2: ("b*l", "d/mp", "d"),
+    OpKind.LINEAR3: ("b*l", "d", "4d/mp"),
+    OpKind.GELU: ("b", "l", "4d/mp"),
+    OpKind.LINEAR4: ("b*l", "4d/mp", "d"),
+    OpKind.LINEAR_FINAL: ("b*l", "d", "v/mp"),
+    OpKind.CROSS_ENTROPY: ("b", "l", "v/mp"),
+    OpKind.OPTIMIZER_FIRST: ("mp", "d", "encoders"),
+    OpKind.OPTIMIZER_MIDDLE: ("mp", "d", "encoders"),
+    OpKind.OPTIMIZER_LAST: ("mp", "d", "encoders"),
+    OpKind.HF_EMBEDDING: ("b*l", "v", "d"),
+    OpKind.HF_LAYERNORM: ("b", "l", "d"),
+    OpKind.HF_QKV: ("b*l", "d", "3d"),
+    OpKind.HF_ATTENTION: ("b", "l", "h", "d/h"),
+    OpKind.HF_DENSE: ("b*l", "d", "d"),
+    OpKind.HF_MLP_UP: ("b*l", "d", "f"),
+    OpKind.HF_MLP_DOWN: ("b*l", "f", "d"),
+    OpKind.HF_RESIDUAL: ("b", "l", "d"),
+    OpKind.HF_LM_HEAD: ("b*l", "d", "v"),
+    OpKind.HF_LOSS: ("b", "l", "v"),
+    OpKind.HF_GRAD_ACCUM: ("params",),
+    OpKind.HF_OPTIMIZER: ("params",),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operator at one shape, on one MP rank.
+
+    ``d`` is the full hidden size, ``h`` all heads, ``v`` the padded vocabulary
+    (Eq. 2), ``f`` the MLP width (4d for the paper's models); per-rank sizes are
+    derived by dividing by ``mp``. ``layers`` is the encoder count for optimizers.
+    """
+
+    kind: OpKind
+    b: int = 1
+    l: int = 1  # noqa: E741 - the paper's name for sequence length
+    d: int = 1
+    h: int = 1
+    mp: int = 1
+    v: int = 1
+    f: int = 0  # MLP width; 0 means 4d
+    layers: int = 0
+
+    @property
+    def ffn(self) -> int:
+        return self.f or 4 * self.d
+
+
+def hf_params(op: Op) -> int:
+    """Parameters of a Hugging Face GPT-NeoX model (untied embed_in / embed_out, biases, final norm).
+
+    Update kinds carry the model as ``d``, ``layers``, ``v`` (and ``f``); one GPU holds it all.
+    """
+    d, f, v = op.d, op.ffn, op.v
+    per_layer = 2 * (2 * d) + 3 * d * (d + 1) + d * (d + 1) + f * (d + 1) + d * (f + 1)
+    return op.layers * per_layer + 2 * v * d + 2 * d
+
+
+_HF_FEATURES = {
+    OpKind.HF_EMBEDDING: lambda o: (o.b * o.l, o.v, o.d),
+    OpKind.HF_LAYERNORM: lambda o: (o.b, o.l, o.d),
+    OpKind.HF_RESIDUAL: lambda o: (o.b, o.l, o.d),
+    OpKind.HF_QKV: lambda o: (o.b * o.l, o.d, 3 * o.d),
+    OpKind.HF_ATTENTION: lambda o: (o.b, o.l, o.h, o.d / o.h),
+    OpKind.HF_DENSE: lambda o: (o.b * o.l, o.d, o.d),
+    OpKind.HF_MLP_UP: lambda o: (o.b * o.l, o.d, o.ffn),
+    OpKind.HF_MLP_DOWN: lambda o: (o.b * o.l, o.ffn, o.d),
+    OpKind.HF_LM_HEAD: lambda o: (o.b * o.l, o.d, o.v),
+    OpKind.HF_LOSS: lambda o: (o.b, o.l, o.v),
+    OpKind.HF_GRAD_ACCUM: lambda o: (hf_params(o),),
+    OpKind.HF_OPTIMIZER: lambda o: (hf_params(o),),
+}
+
+
+def features(op: Op) -> tuple[float, ...]:
+    """The paper's Table I feature vector of an operator."""
+    b, l, d, h, mp, v, f = op.b, op.l, op.d, op.h, op.mp, op.v, op.ffn
+    k = op.kind
+    if k is OpKind.EMBEDDING:
+        return (b * l, v / mp, d)
+    if k in (OpKind.LAYERNORM, OpKind.RMSNORM, OpKind.RES_ADD):
+        return (b, l, d)
+    if k is OpKind.LINEAR1:
+        return (b * l, d, 3 * d / mp)
+    if k is OpKind.ROPE:
+        return (b, l, h / mp, d / h)
+    if k is OpKind.BADDBMM:
+        return (b * h / mp, l, d / h, l)
+    if k is OpKind.FILLMASK:
+        return (b, h / mp, l, d)
+    if k is OpKind.SOFTMAX:
+        return (b, h / mp, l, l)
+    if k is OpKind.FUSED_SOFTMAX:
+        return (b * h / mp, l, l)
+    if k is OpKind.BMM:
+        return (b * h / mp, l, l, d / h)
+    if k is OpKind.FLASH_ATTN:
+        return (b, l, h / mp, d / h)
+    if k is OpKind.LINEAR2:
+        return (b * l, d / mp, d)
+    if k is OpKind.LINEAR3:
+        return (b * l, d, f / mp)
+    if k is OpKind.GELU:
+        return (b, l, f / mp)
+    if k is OpKind.LINEAR4:
+        return (b * l, f / mp, d)
+    if k is OpKind.LINEAR_FINAL:
+        return (b * l, d, v / mp)
+    if k is OpKind.CROSS_ENTROPY:
+        return (b, l, v / mp)
+    if k in _HF_FEATURES:
+        return _HF_FEATURES[k](op)
+    if k.is_optimizer:
+        return (mp, d, op.layers)
+    raise AssertionError(f"no features for {k}")  # pragma: no cover - enum is closed
+
+
+def forward_flops(op: Op) -> float:
+    """Floating-point operations of the forward pass on one MP rank."""
+    b, l, d, h, mp, v, f = op.b, op.l, op.d, op.h, op.mp, op.v, op.ffn
+    k = op.kind
+    tokens = b * l
+    if k is OpKind.LINEAR1:
+        return 2.0 * tokens * d * 3 * d / mp
+    if k is OpKind.LINEAR2:
+        return 2.0 * tokens * d / mp * d
+    if k is OpKind.LINEAR3:
+        return 2.0 * tokens * d * f / mp
+    if k is OpKind.LINEAR4:
+        return 2.0 * tokens * f / mp * d
+    if k is OpKind.LINEAR_FINAL:
+        return 2.0 * tokens * d * v / mp
+    if k in (OpKind.BADDBMM, OpKind.BMM):
+        return 2.0 * b * (h / mp) * l * l * (d / h)
+    if k is OpKind.FLASH_ATTN:  # QK^T and .V, causal mask halves the work
+        return 2.0 * 2.0 * b * (h / mp) * l * l * (d / h) / 2.0
+    if k in (OpKind.SOFTMAX, OpKind.FUSED_SOFTMAX, OpKind.FILLMASK):
+        return 5.0 * b * (h / mp) * l * l
+    if k in (OpKind.LAYERNORM, OpKind.RMSNORM):
+        return 8.0 * tokens * d
+    if k is OpKind.RES_ADD:
+        return 1.0 * tokens * d
+    if k is OpKind.GELU:
+        return 8.0 * tokens * f / mp
+    if k is OpKind.ROPE:
+        return 3.0 * tokens * d / mp
+    if k is OpKind.CROSS_ENTROPY:
+        return 5.0 * tokens * v / mp
+    if k is OpKind.EMBEDDING:
+        return 0.0
+    if k.is_optimizer:
+        return 0.0
+    if k is OpKind.HF_QKV:
+        return 2.0 * tokens * d * 3 * d
+    if k is OpKind.HF_DENSE:
+        return 2.0 * tokens * d * d
+    if k in (OpKind.HF_MLP_UP, OpKind.HF_MLP_DOWN):
+        return 2.0 * tokens * d * f
+    if k is OpKind.HF_LM_HEAD:
+        return 2.0 * tokens * d * v
+    if k is OpKind.HF_ATTENTION:  # sdpa with the causal mask; the rotary is negligible
+        return 2.0 * b * l * l * d
+    if k is OpKind.HF_LAYERNORM:
+        return 8.0 * tokens * d
+    if k is OpKind.HF_RESIDUAL:
+        return 2.0 * tokens * d
+    if k is OpKind.HF_LOSS:
+        return 5.0 * tokens * v
+    if k is OpKind.HF_EMBEDDING:
+        return 0.0
+    raise AssertionError(k)  # pragma: no cover
+
+
+def flops(op: Op, direction: Direction) -> float:
+    """FLOPs for a direction: GEMM-like backward is twice the forward (dX and dW)."""
+    fwd = forward_flops(op)
+    if direction is Direction.FWD:
+        return fwd
+    if direction is Direction.BWD:
+        return 2.0 * fwd
+    return 0.0
+
+
+def bytes_moved(op: Op, direction: Direction, elem_bytes: int = 2) -> float:
+    """A lower bound on device-memory traffic (read inputs and weights, write outputs)."""
+    b, l, d, h, mp, v, f = op.b, op.l, op.d, op.h, op.mp, op.v, op.ffn
+    k = op.kind
+    tokens = b * l
+    scale = 1.0 if direction is Direction.FWD else 2.0
+    if k is OpKind.LINEAR1:
+        n = tokens * d + d * 3 * d / mp + tokens * 3 * d / mp
+    elif k is OpKind.LINEAR2:
+        n = tokens * d / mp + d * d / mp + tokens * d
+    elif k is OpKind.LINEAR3:
+        n = tokens * d + d * f / mp + tokens * f / mp
+    elif k is OpKind.LINEAR4:
+        n = tokens * f / mp + d * f / mp + tokens * d
+    elif k is OpKind.LINEAR_FINAL:
+        n = tokens * d + d * v / mp + tokens * v / mp
+    elif k in (OpKind.BADDBMM, OpKind.BMM):
+        n = 2 * b * h / mp * l * d / h + b * h / mp * l * l
+    elif k is OpKind.FLASH_ATTN:
+        n = 4 * tokens * d / mp
+    elif k in (OpKind.SOFTMAX, OpKind.FUSED_SOFTMAX, OpKind.FILLMASK):
+        n = 2 * b * h / mp * l * l
+    elif k in (OpKind.LAYERNORM, OpKind.RMSNORM, OpKind.ROPE):
+        n = 2 * tokens * d
+    elif k is OpKind.RES_ADD:
+        n = 3 * tokens * d
+    elif k is OpKind.GELU:
+        n = 2 * tokens * f / mp
+    elif k is OpKind.CROSS_ENTROPY:
+        n = 2 * tokens * v / mp
+    elif k is OpKind.EMBEDDING:
+        n = 2 * tokens * d
+    elif k in _HF_BYTES:
+        return scale * _HF_BYTES[k](op)
+    elif k is OpKind.HF_GRAD_ACCUM:  # read two fp32 gradients, write one
+        return 12.0 * hf_params(op)
+    elif k is OpKind.HF_OPTIMIZER:  # param, grad, two moments read; param, moments written (fp32)
+        return 28.0 * hf_params(op)
+    elif k.is_optimizer:
+        # fp32 master weights, two Adam moments, fp32 grads: read+write ~ 16 bytes each per
+        # parameter; parameter count of ``layers`` encoders (Eq. 6) on one MP rank.
+        params = op.layers * (4 * d + 8 * d * (d + 1) / mp + d * (4 * d + 1) / mp)
+        return 2 * 16.0 * params
+    else:  # pragma: no cover
+        raise AssertionError(k)
+    return scale * n * elem_bytes
+
+
+def _hf_linear_bytes(tokens: int, k_in: int, n_out: int, in_bytes: int) -> float:
+    # input (fp32 or bf16), the fp32 weight read and cast (4 + 2 + 2 bytes), the bf16 output
+    return tokens * k_in * in_bytes + 8.0 * k_in * n_out + 2.0 * tokens * n_out
+
+
+_HF_BYTES = {
+    OpKind.HF_EMBEDDING: lambda o: 8.0 * o.b * o.l * o.d,
+    OpKind.HF_LAYERNORM: lambda o: 8.0 * o.b * o.l * o.d,
+    OpKind.HF_RESIDUAL: lambda o: 12.0 * o.b * o.l * o.d,
+    OpKind.HF_QKV: lambda o: _hf_linear_bytes(o.b * o.l, o.d, 3 * o.d, 4),
+    OpKind.HF_DENSE: lambda o: _hf_linear_bytes(o.b * o.l, o.d, o.d, 2),
+    OpKind.HF_MLP_UP: lambda o: _hf_linear_bytes(o.b * o.l, o.d, o.ffn, 4),
+    OpKind.HF_MLP_DOWN: lambda o: _hf_linear_bytes(o.b * o.l, o.ffn, o.d, 2),
+    OpKind.HF_LM_HEAD: lambda o: _hf_linear_bytes(o.b * o.l, o.d, o.v, 4),
+    OpKind.HF_ATTENTION: lambda o: 2.0 * (3 + 2 + 1) * o.b * o.l * o.d,
+    OpKind.HF_LOSS: lambda o: 8.0 * o.b * o.l * o.v,
+}
+
+
+class CollKind(str, Enum):
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    P2P = "p2p"
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """One collective call over a group spanning ``nodes`` x ``gpus_per_node`` GPUs.
+
+    ``entries`` counts 2-byte elements (fp16/bf16), the unit of the samples. For an
+    all-gather it is the per-rank shard, as the reference samples it; for P2P the
+    message.
+    """
+
+    kind: CollKind
+    entries: int
+    nodes: int
+    gpus_per_node: int
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def bytes(self) -> int:
+        return 2 * self.entries

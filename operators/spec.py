@@ -1,0 +1,153 @@
+"""What is trained and how it is split: frozen, validated configuration types.
+
+Enums, not strings, once past the YAML edge. Each ``__post_init__`` checks its own
+fields and raises :class:`ConfigError` naming the scenario field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from operators.errors import ConfigError, require_int, require_positive
+
+
+class Precision(str, Enum):
+    FP16 = "fp16"
+    BF16 = "bf16"
+
+    @property
+    def bytes(self) -> int:
+        return 2
+
+
+class Recompute(str, Enum):
+    NONE = "none"
+    FULL = "full"
+
+
+class Norm(str, Enum):
+    LAYERNORM = "layernorm"
+    RMSNORM = "rmsnorm"
+
+
+class Attention(str, Enum):
+    FUSED_SOFTMAX = "fused_softmax"  # QK^T (baddbmm), scaled upper-triangular softmax, .V (bmm)
+    SOFTMAX = "softmax"  # QK^T, fill-mask, softmax, .V
+    FLASH = "flash"  # one flash-attention kernel
+
+
+class Schedule(str, Enum):
+    ONE_F_ONE_B = "1f1b"
+    GPIPE = "gpipe"
+    INTERLEAVED_1F1B = "interleaved-1f1b"
+
+
+def parse_enum(enum_type: type[Enum], fieldname: str, value: object) -> Enum:
+    if isinstance(value, enum_type):
+        return value
+    try:
+        return enum_type(str(value).lower())
+    except ValueError:
+        allowed = ", ".join(e.value for e in enum_type)  # type: ignore[attr-defined]
+        raise ConfigError(fieldname, f"unknown value {value!r}; expected one of {allowed}") from None
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A GPT-NeoX-style decoder (Table IV). ``vocab`` is the tokenizer's, unpadded."""
+
+    name: str
+    hidden: int
+    heads: int
+    layers: int
+    seq_len: int
+    vocab: int = 50257
+    ffn_hidden: int = 0  # 0 means 4 * hidden (the paper's GeLU MLP)
+    norm: Norm = Norm.LAYERNORM
+    attention: Attention = Attention.FUSED_SOFTMAX
+    rotary: bool = True
+    fwd_mp_syncs: int = 2  # MP all-reduces per encoder in forward
+    bwd_mp_syncs: int = 2  # ... and in backward
+
+    def __post_init__(self) -> None:
+        for key in ("hidden", "heads", "layers", "seq_len", "vocab"):
+            require_int(f"model.{key}", getattr(self, key))
+        require_int("model.ffn_hidden", self.ffn_hidden, minimum=0)
+        require_int("model.fwd_mp_syncs", self.fwd_mp_syncs, minimum=0)
+        require_int("model.bwd_mp_syncs", self.bwd_mp_syncs, minimum=0)
+        if self.hidden % self.heads:
+            raise ConfigError("model.heads", f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        object.__setattr__(self, "norm", parse_enum(Norm, "model.norm", self.norm))
+        object.__setattr__(self, "attention", parse_enum(Attention, "model.attention", self.attention))
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden or 4 * self.hidden
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    micro_batch: int = 4
+    micro_batches: int = 16
+    precision: Precision = Precision.FP16
+    recompute: Recompute = Recompute.FULL
+    zero_stage: int = 1
+    # DP gradient all-reduce / ZeRO all-gather bucket, in entries (the reference's comm_bucket)
+    dp_bucket: int = 1_260_000_000
+
+    def __post_init__(self) -> None:
+        require_int("training.micro_batch", self.micro_batch)
+        require_int("training.micro_batches", self.micro_batches)
+        require_int("training.dp_bucket", self.dp_bucket)
+        if self.zero_stage not in (0, 1):
+            raise ConfigError("training.zero_stage", f"supported ZeRO stages are 0 and 1, got {self.zero_stage!r}")
+        object.__setattr__(self, "precision", parse_enum(Precision, "training.precision", self.precision))
+        object.__setattr__(self, "recompute", parse_enum(Recompute, "training.recompute", self.recompute))
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    pp: int = 1
+    mp: int = 1
+    dp: int = 1
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    virtual_stages: int = 1  # model chunks per pipeline rank (interleaved 1F1B)
+
+    def __post_init__(self) -> None:
+        for key in ("pp", "mp", "dp", "virtual_stages"):
+            require_int(f"parallelism.{key}", getattr(self, key))
+        object.__setattr__(self, "schedule", parse_enum(Schedule, "parallelism.schedule", self.schedule))
+        if self.virtual_stages > 1 and self.schedule is not Schedule.INTERLEAVED_1F1B:
+            raise ConfigError("parallelism.virtual_stages", "only the interleaved-1f1b schedule uses virtual stages")
+
+    @property
+    def gpus(self) -> int:
+        return self.pp * self.mp * self.dp
+
+
+def check_model_fits(model: ModelSpec, par: Parallelism) -> None:
+    """Cross-section checks that need both the model and the layout."""
+    if model.heads % par.mp:
+        raise ConfigError("parallelism.mp", f"model.heads {model.heads} is not divisible by mp {par.mp}")
+    if model.ffn % par.mp:
+        raise ConfigError("parallelism.mp", f"MLP width {model.ffn} is not divisible by mp {par.mp}")
+
+
+
+# Table IV. The "LLaMA" and "Llemma" configurations keep GPT-NeoX's GeLU 4d MLP.
+MODEL_PRESETS: dict[str, ModelSpec] = {
+    "gpt-20b": ModelSpec("gpt-20b", hidden=6144, heads=64, layers=44, seq_len=2048,
+                         norm=Norm.LAYERNORM, attention=Attention.FUSED_SOFTMAX,
+                         fwd_mp_syncs=1, bwd_mp_syncs=2),
+    "llama-13b": ModelSpec("llama-13b", hidden=5120, heads=40, layers=40, seq_len=2048,
+                           norm=Norm.RMSNORM, attention=Attention.FUSED_SOFTMAX,
+                           fwd_mp_syncs=2, bwd_mp_syncs=2),
+    "llemma-7b": ModelSpec("llemma-7b", hidden=4096, heads=32, layers=32, seq_len=4096,
+                           norm=Norm.RMSNORM, attention=Attention.FLASH,
+                           fwd_mp_syncs=2, bwd_mp_syncs=2),
+}

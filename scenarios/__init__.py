@@ -1,0 +1,1 @@
+"""Scenario files, the CLI, reports and plots: the composition root."""

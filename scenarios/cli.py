@@ -1,0 +1,59 @@
+"""``trainsim``: the command line.
+
+Each command lives in ``scenarios/commands/<name>.py`` and exposes
+``register(subparsers)``, which adds its parser and sets ``func`` to a
+``run(args) -> int``. Bad input of any kind ends in one line on stderr and exit
+status 2; nothing is half-written (outputs are written only after success).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from operators import ConfigError
+
+COMMANDS = ("predict", "run", "compare", "jitter", "scenarios", "fit", "profile", "calibrate", "validate")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
+        self.exit(2, f"trainsim: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="trainsim", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"scenarios.commands.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"scenarios.commands.{name}":
+                continue  # a command whose module is not part of this build
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as e:
+        print(f"trainsim: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("trainsim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

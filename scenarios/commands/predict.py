@@ -1,0 +1,57 @@
+"""``trainsim predict``: the closed-form Eq. 7 iteration time and its breakdown."""
+
+from __future__ import annotations
+
+import argparse
+
+from scenarios.commands.common import add_scenario_args, fmt_s, load, print_json, warn
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("predict", help="closed-form Eq. 7 iteration time with its breakdown")
+    add_scenario_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from scenarios.compose import predict
+
+    pred = predict(load(args), reference_data=args.reference_data, cache_dir=args.cache_dir)
+    warn(pred.warnings)
+    if args.json:
+        print_json(pred.to_json())
+        return 0
+    print(render(pred))
+    return 0
+
+
+def render(pred) -> str:
+    sc, e, costs = pred.scenario, pred.eq7, pred.costs
+    par, tr = sc.parallelism, sc.training
+    m, pp = tr.micro_batches, par.pp
+    lines = [
+        f"{sc.name}: {sc.model.name} on {sc.cluster.name}, PP{par.pp} MP{par.mp} DP{par.dp} ({sc.gpus} GPUs), "
+        f"b={tr.micro_batch}, m={m}, {tr.precision.value}, recompute {tr.recompute.value}",
+        f"profile: {pred.profile_name}",
+        "",
+        f"Eq. 7 iteration time            {fmt_s(e.iteration_s)}",
+        f"  pipeline (m-1+pp)(F+B)        {fmt_s(e.pipeline_s)}   = {m - 1 + pp} x ({fmt_s(e.max_fwd_s).strip()}"
+        f" + {fmt_s(e.max_bwd_s).strip()})",
+        f"  tail: gradient sync + update  {fmt_s(e.tail_s)}",
+        f"    first-stage DP all-reduce   {fmt_s(e.first_stage_sync_s)}",
+        f"    max update (optim+gather)   {fmt_s(e.max_update_s)}",
+        f"  (paper's tail, sync0+maxupd   {fmt_s(e.paper_tail_s)};  paper's Eq. 7 {fmt_s(e.paper_iteration_s).strip()})",
+        f"tokens/s {pred.tokens_per_s(e.iteration_s):,.0f}   MFU {100 * pred.mfu(e.iteration_s):.1f}% "
+        f"(of {sc.cluster.gpu.peak_flops / 1e12:.0f} TFLOP/s peak)",
+        "",
+        "stage  enc  params/rank     fwd        bwd     MP(f+b)    P2P(f+b)   DP all-red   optim+gather",
+    ]
+    for s, p in zip(costs.stages, pred.plans):
+        lines.append(
+            f"{s.index:>5} {p.encoders:>4} {s.params / 1e6:9.1f} M {fmt_s(s.fwd_s)} {fmt_s(s.bwd_s)} "
+            f"{fmt_s(s.mp_fwd_s + s.mp_bwd_s)} {fmt_s(s.p2p_fwd_s + s.p2p_bwd_s)} {fmt_s(s.dp_allreduce_s)}  "
+            f"{fmt_s(s.update_s)}"
+        )
+    for n in costs.notes:
+        lines.append(f"note: {n}")
+    return "\n".join(lines)

@@ -1,0 +1,109 @@
+"""The composition root: scenario -> stage plans -> duration profile -> stage costs -> Eq. 7.
+
+This is the only place that wires operators, topology, calibration and sim together.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from operators import ConfigError, DurationModel, StagePlan, build_stage_plans
+from scenarios.schema import Scenario
+from sim.costs import IterationCosts, build_costs
+from sim.eq7 import Eq7Result, eq7
+from topology import GPU_PRESETS
+
+_PROFILE_CACHE: dict[tuple[str, str | None, str | None], DurationModel] = {}
+
+
+def duration_model(scenario: Scenario, reference_data: str | None = None,
+                   cache_dir: str | None = None) -> DurationModel:
+    """Resolve ``profile.name`` into a duration model (loaded once per process)."""
+    name = scenario.profile.name
+    ref = scenario.profile.reference_data or reference_data
+    key = (name, ref, cache_dir)
+    if key in _PROFILE_CACHE:
+        return _PROFILE_CACHE[key]
+    if name == "roofline" or name.startswith("roofline:"):
+        from calibration.roofline import RooflineProfile
+
+        gpu_name = name.partition(":")[2]
+        if gpu_name and gpu_name not in GPU_PRESETS:
+            raise ConfigError("profile.name", f"unknown GPU {gpu_name!r} for the roofline profile; "
+                              f"known: {', '.join(GPU_PRESETS)}")
+        gpu = GPU_PRESETS[gpu_name] if gpu_name else scenario.cluster.gpu
+        model: DurationModel = RooflineProfile(f"roofline:{gpu.name}", peak_flops=gpu.peak_flops, mem_bw=gpu.mem_bw)
+    else:
+        from calibration import load_profile
+
+        model = load_profile(name, reference_dir=ref, cache_dir=cache_dir)
+    _PROFILE_CACHE[key] = model
+    return model
+
+
+@dataclass(frozen=True)
+class Prediction:
+    scenario: Scenario
+    plans: tuple[StagePlan, ...]
+    costs: IterationCosts
+    eq7: Eq7Result
+    profile_name: str
+    warnings: tuple[str, ...]
+
+    @property
+    def model_flops(self) -> float:
+        """Model FLOPs of one iteration over all GPUs (recompute not counted, as MFU defines it)."""
+        par = self.scenario.parallelism
+        per_mb = sum(s.fwd_flops + s.bwd_flops for s in self.costs.stages)
+        return per_mb * par.mp * par.dp * self.scenario.training.micro_batches
+
+    def mfu(self, iteration_s: float) -> float:
+        gpu = self.scenario.cluster.gpu
+        return self.model_flops / (iteration_s * self.scenario.gpus * gpu.peak_flops)
+
+    def tokens_per_s(self, iteration_s: float) -> float:
+        return self.scenario.tokens_per_iteration / iteration_s
+
+    def to_json(self) -> dict[str, Any]:
+        sc, e = self.scenario, self.eq7
+        par, tr = sc.parallelism, sc.training
+        return {
+            "scenario": sc.name,
+            "model": sc.model.name,
+            "layout": {"pp": par.pp, "mp": par.mp, "dp": par.dp, "gpus": sc.gpus},
+            "micro_batch": tr.micro_batch,
+            "micro_batches": tr.micro_batches,
+            "cluster": sc.cluster.name,
+            "profile": self.profile_name,
+            "iteration_s": e.iteration_s,
+            "paper_iteration_s": e.paper_iteration_s,
+            "components": e.components(),
+            "tokens_per_s": self.tokens_per_s(e.iteration_s),
+            "mfu": self.mfu(e.iteration_s),
+            "stages": [
+                {
+                    "stage": s.index, "encoders": p.encoders, "params": s.params,
+                    "fwd_s": s.fwd_s, "bwd_s": s.bwd_s,
+                    "fwd_compute_s": s.fwd_compute_s, "bwd_compute_s": s.bwd_compute_s,
+                    "mp_fwd_s": s.mp_fwd_s, "mp_bwd_s": s.mp_bwd_s,
+                    "p2p_fwd_s": s.p2p_fwd_s, "p2p_bwd_s": s.p2p_bwd_s,
+                    "dp_allreduce_s": s.dp_allreduce_s, "dp_allgather_s": s.dp_allgather_s,
+                    "optimizer_s": s.optimizer_s,
+                }
+                for s, p in zip(self.costs.stages, self.plans)
+            ],
+            "notes": list(self.costs.notes),
+            "warnings": list(self.warnings),
+        }
+
+
+def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: str | None = None) -> Prediction:
+    plans = build_stage_plans(scenario.model, scenario.training, scenario.parallelism)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = duration_model(scenario, reference_data, cache_dir)
+        costs = build_costs(plans, scenario.training, scenario.parallelism, scenario.cluster, model)
+    msgs = tuple(dict.fromkeys(str(w.message) for w in caught))
+    return Prediction(scenario, plans, costs, eq7(costs), getattr(model, "name", scenario.profile.name), msgs)

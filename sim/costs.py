@@ -1,0 +1,174 @@
+"""Stage costs: operator and collective durations composed per pipeline stage.
+
+Both Eq. 7 (:mod:`sim.eq7`) and the simulation read these numbers, so the two
+can be compared term by term. Every distinct operator is predicted once, in a
+batch; nothing here runs inside the simulation loop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from operators import Collective, CollKind, Direction, DurationModel, Op, StagePlan, TrainingSpec
+from operators.errors import ConfigError
+from operators.spec import Parallelism
+from topology import ClusterSpec, Placement, closed_form_seconds
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """Seconds for one MP rank group of one stage. Per micro-batch unless said otherwise."""
+
+    index: int
+    fwd_compute_s: float
+    bwd_compute_s: float  # gradient kernels plus the recomputed forward
+    recompute_s: float  # the recompute share of bwd_compute_s
+    mp_fwd_s: float  # MP all-reduces in the forward
+    mp_bwd_s: float  # ... in the backward (recompute's included)
+    mp_allreduce_s: float  # one MP all-reduce
+    mp_fwd_count: int
+    mp_bwd_count: int
+    p2p_fwd_s: float  # send activations to the next stage (0 on the last)
+    p2p_bwd_s: float  # send gradients to the previous stage (0 on the first)
+    dp_bucket_s: tuple[float, ...]  # gradient all-reduce per bucket, per update
+    dp_allgather_s: float  # ZeRO-1 parameter all-gather, per update
+    optimizer_s: float  # optimizer step, per update
+    params: int
+    fwd_flops: float
+    bwd_flops: float
+
+    @property
+    def fwd_s(self) -> float:
+        """Forward slot as Eq. 7 charges it: compute, MP syncs and the P2P send."""
+        return self.fwd_compute_s + self.mp_fwd_s + self.p2p_fwd_s
+
+    @property
+    def bwd_s(self) -> float:
+        return self.bwd_compute_s + self.mp_bwd_s + self.p2p_bwd_s
+
+    @property
+    def dp_allreduce_s(self) -> float:
+        return float(sum(self.dp_bucket_s))
+
+    @property
+    def update_s(self) -> float:
+        return self.optimizer_s + self.dp_allgather_s
+
+
+@dataclass(frozen=True)
+class IterationCosts:
+    stages: tuple[StageCost, ...]
+    micro_batches: int
+    parallelism: Parallelism
+    mp_span: tuple[int, int]  # (nodes, GPUs per node) of an MP group
+    dp_span: tuple[int, int]
+    p2p_spans: tuple[tuple[int, int], ...]  # per stage boundary s -> s+1
+    notes: tuple[str, ...] = field(default=())  # fallbacks taken (closed-form collectives, ...)
+
+    @property
+    def pp(self) -> int:
+        return len(self.stages)
+
+
+def _buckets(entries: int, bucket: int) -> list[int]:
+    """Split a message into bucket-sized pieces, as the framework's gradient buckets do."""
+    n_full, rest = divmod(entries, bucket)
+    return [bucket] * n_full + ([rest] if rest else [])
+
+
+def _op_table(model: DurationModel, ops: Sequence[Op], direction: Direction) -> dict[Op, float]:
+    if not ops:
+        return {}
+    secs = np.asarray(model.op_seconds(list(ops), direction), dtype=float)
+    return dict(zip(ops, secs.tolist()))
+
+
+def build_costs(
+    plans: Sequence[StagePlan],
+    training: TrainingSpec,
+    par: Parallelism,
+    cluster: ClusterSpec,
+    model: DurationModel,
+) -> IterationCosts:
+    """Predict every operator and collective once and compose the per-stage costs."""
+    placement = Placement(par, cluster.gpus_per_node)
+    notes: list[str] = []
+
+    ops = sorted({o for p in plans for o in p.distinct_ops()}, key=repr)
+    fwd = _op_table(model, ops, Direction.FWD)
+    bwd = _op_table(model, ops, Direction.BWD)
+    upd = _op_table(model, [p.optimizer for p in plans], Direction.UPDATE)
+
+    mp_span = placement.mp_span()
+    dp_span = placement.dp_span()
+    p2p_spans = tuple(placement.p2p_span(s) for s in range(par.pp - 1))
+
+    # Every distinct collective, predicted in one batch; unknown ones fall back to closed form.
+    wanted: dict[Collective, float] = {}
+
+    def coll(kind: CollKind, entries: int, span: tuple[int, int]) -> Collective:
+        c = Collective(kind, int(entries), span[0], span[1])
+        wanted.setdefault(c, math.nan)
+        return c
+
+    mp_ar = coll(CollKind.ALL_REDUCE, plans[0].mp_allreduce_entries, mp_span) if par.mp > 1 else None
+    p2p = [coll(CollKind.P2P, plans[0].p2p_entries, span) for span in p2p_spans]
+    dp_ar: list[list[Collective]] = []
+    dp_ag: list[list[Collective]] = []
+    for p in plans:
+        if par.dp > 1:
+            dp_ar.append([coll(CollKind.ALL_REDUCE, e, dp_span) for e in _buckets(p.params, training.dp_bucket)])
+            shard = p.params // par.dp if training.zero_stage >= 1 else 0
+            dp_ag.append([coll(CollKind.ALL_GATHER, e, dp_span) for e in _buckets(shard, training.dp_bucket)])
+        else:
+            dp_ar.append([])
+            dp_ag.append([])
+
+    keys = list(wanted)
+    if keys:
+        secs = np.asarray(model.collective_seconds(keys), dtype=float)
+        for c, t in zip(keys, secs.tolist()):
+            if math.isnan(t):
+                t = closed_form_seconds(c, cluster)
+                notes.append(f"no samples for {c.kind.value} over {c.nodes}x{c.gpus_per_node} GPUs; "
+                             f"closed-form cost used")
+            wanted[c] = t
+    for c, t in wanted.items():
+        if not (math.isfinite(t) and t >= 0):
+            raise ConfigError("profile", f"{c.kind.value} of {c.entries} entries got a duration of {t!r} s")
+
+    mp_s = wanted[mp_ar] if mp_ar is not None else 0.0
+    stages = []
+    for p in plans:
+        s = p.index
+        fwd_s = sum(oc.count * fwd[oc.op] for oc in p.forward)
+        rec_s = sum(oc.count * fwd[oc.op] for oc in p.recompute)
+        bwd_s = sum(oc.count * bwd[oc.op] for oc in p.backward) + rec_s
+        f_flops, b_flops = p.flops()
+        stages.append(StageCost(
+            index=s,
+            fwd_compute_s=fwd_s,
+            bwd_compute_s=bwd_s,
+            recompute_s=rec_s,
+            mp_fwd_s=p.mp_allreduces_fwd * mp_s,
+            mp_bwd_s=p.mp_allreduces_bwd * mp_s,
+            mp_allreduce_s=mp_s,
+            mp_fwd_count=p.mp_allreduces_fwd if par.mp > 1 else 0,
+            mp_bwd_count=p.mp_allreduces_bwd if par.mp > 1 else 0,
+            p2p_fwd_s=wanted[p2p[s]] if s < par.pp - 1 else 0.0,
+            p2p_bwd_s=wanted[p2p[s - 1]] if s > 0 else 0.0,
+            dp_bucket_s=tuple(wanted[c] for c in dp_ar[s]),
+            dp_allgather_s=sum(wanted[c] for c in dp_ag[s]),
+            optimizer_s=upd[p.optimizer],
+            params=p.params,
+            fwd_flops=f_flops,
+            bwd_flops=b_flops,
+        ))
+    return IterationCosts(
+        stages=tuple(stages), micro_batches=training.micro_batches, parallelism=par,
+        mp_span=mp_span, dp_span=dp_span, p2p_spans=p2p_spans, notes=tuple(dict.fromkeys(notes)),
+    )

@@ -1,0 +1,78 @@
+"""Eq. 7: the closed-form 1F1B iteration time, and its components.
+
+    Runtime = (m - 1 + pp) * (Max_Fwd + Max_Bwd) + First_Stage_Gradient_Sync + Max_Update
+
+The pipeline term is exact for equal stages and free communication. For the
+tail (gradient sync and optimizer update) we depart from the reference
+implementation in two places, both documented in docs/eq7.md:
+
+* its optimizer term is zero when dp = 1 (the optimizer still runs); ours is not;
+* it adds the *first* stage's all-reduce to the *slowest* stage's update, two
+  different stages. Under Eq. 7's own assumptions stage s finishes its last
+  backward ``s * Max_Bwd`` before stage 0, so the iteration ends at
+  ``max_s(max(0, AllReduce_s - s * Max_Bwd) + Update_s)`` past the pipeline.
+  That is what ``tail_s`` holds and what ``iteration_s`` uses; the paper's
+  ``AllReduce_0 + max_s Update_s`` is kept as ``paper_tail_s`` for comparison.
+
+With equal stages both tails coincide, so ``iteration_s == (m + pp - 1)(F + B) +
+sync + update``, the property the tests check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.costs import IterationCosts
+
+
+@dataclass(frozen=True)
+class Eq7Result:
+    iteration_s: float
+    pipeline_s: float  # (m - 1 + pp) * (max_fwd_s + max_bwd_s)
+    max_fwd_s: float
+    max_bwd_s: float
+    first_stage_sync_s: float  # DP all-reduce of the first stage's gradients
+    max_update_s: float  # max over stages of optimizer + ZeRO-1 all-gather
+    tail_s: float  # what the iteration adds after the pipeline drains (see module doc)
+    paper_tail_s: float  # the paper's first_stage_sync_s + max_update_s
+    bottleneck_fwd_stage: int
+    bottleneck_bwd_stage: int
+
+    @property
+    def paper_iteration_s(self) -> float:
+        return self.pipeline_s + self.paper_tail_s
+
+    def components(self) -> dict[str, float]:
+        return {
+            "pipeline_s": self.pipeline_s,
+            "max_fwd_s": self.max_fwd_s,
+            "max_bwd_s": self.max_bwd_s,
+            "first_stage_sync_s": self.first_stage_sync_s,
+            "max_update_s": self.max_update_s,
+            "tail_s": self.tail_s,
+            "paper_tail_s": self.paper_tail_s,
+        }
+
+
+def eq7(costs: IterationCosts) -> Eq7Result:
+    stages = costs.stages
+    m, pp = costs.micro_batches, len(stages)
+    fwd = [s.fwd_s for s in stages]
+    bwd = [s.bwd_s for s in stages]
+    max_fwd, max_bwd = max(fwd), max(bwd)
+    pipeline = (m - 1 + pp) * (max_fwd + max_bwd)
+    sync0 = stages[0].dp_allreduce_s
+    max_update = max(s.update_s for s in stages)
+    tail = max(max(0.0, s.dp_allreduce_s - s.index * max_bwd) + s.update_s for s in stages)
+    return Eq7Result(
+        iteration_s=pipeline + tail,
+        pipeline_s=pipeline,
+        max_fwd_s=max_fwd,
+        max_bwd_s=max_bwd,
+        first_stage_sync_s=sync0,
+        max_update_s=max_update,
+        tail_s=tail,
+        paper_tail_s=sync0 + max_update,
+        bottleneck_fwd_stage=fwd.index(max_fwd),
+        bottleneck_bwd_stage=bwd.index(max_bwd),
+    )

@@ -1,0 +1,116 @@
+"""Scenario files, overrides, and the CLI's one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from operators import ConfigError
+from scenarios.cli import main
+from scenarios.schema import bundled_names, load_scenario
+
+PAPER_CASES = ["gpt20b-4-4-8", "gpt20b-4-8-4", "gpt20b-8-4-4", "llama13b-4-8-2", "llemma7b-4-2-2"]
+
+
+def test_ten_paper_cases_are_bundled():
+    names = set(bundled_names())
+    for case in PAPER_CASES:
+        for cluster in ("perlmutter", "vista"):
+            assert f"paper-{case}-{cluster}" in names
+
+
+def test_every_bundled_scenario_loads():
+    for name in bundled_names():
+        sc = load_scenario(name)
+        assert sc.gpus % sc.cluster.gpus_per_node == 0
+
+
+def test_preset_and_overrides():
+    sc = load_scenario("paper-gpt20b-4-4-8-perlmutter", ["training.micro_batches=8", "parallelism.pp=8",
+                                                          "parallelism.dp=4", "model.hidden=4096"])
+    assert sc.training.micro_batches == 8 and sc.parallelism.pp == 8
+    assert sc.model.hidden == 4096 and sc.model.heads == 64  # the preset fills the rest
+    assert sc.tokens_per_iteration == 4 * 8 * 4 * 2048
+
+
+def write(tmp_path, text, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+GOOD = """
+model: {preset: llemma-7b}
+training: {micro_batch: 4, micro_batches: 8}
+parallelism: {pp: 4, mp: 2, dp: 2}
+cluster: {preset: perlmutter}
+profile: {name: roofline}
+"""
+
+
+@pytest.mark.parametrize(
+    "text,overrides,needle",
+    [
+        ("model: [unclosed", [], "malformed YAML"),
+        (GOOD + "bogus: 1\n", [], "bogus: unknown section"),
+        (GOOD, ["model.colour=red"], "model.colour: unknown key"),
+        (GOOD, ["model.preset=gpt-99"], "model.preset: unknown model preset"),
+        (GOOD, ["cluster.preset=summit"], "cluster.preset"),
+        (GOOD, ["parallelism.pp=1", "parallelism.dp=3"], "not a multiple of cluster.gpus_per_node"),
+        (GOOD, ["parallelism.mp=3", "parallelism.dp=4"], "parallelism.mp: model.heads 32 is not divisible by mp 3"),
+        (GOOD, ["parallelism.pp=64"], "parallelism.pp"),
+        (GOOD, ["training.micro_batch=0"], "training.micro_batch: must be >= 1"),
+        (GOOD, ["model.hidden=-4096"], "model.hidden"),
+        (GOOD, ["training.precision=fp8"], "training.precision: unknown value"),
+        (GOOD, ["simulation.mode=fast"], "simulation.mode"),
+        (GOOD, ["nonsense"], "--set: expected section.key=value"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys, text, overrides, needle):
+    path = write(tmp_path, text)
+    argv = ["predict", path]
+    for o in overrides:
+        argv += ["--set", o]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("trainsim: error: ")
+    assert needle in err
+
+
+def test_unknown_scenario_name(capsys):
+    assert main(["predict", "no-such-scenario"]) == 2
+    assert "unknown scenario 'no-such-scenario'" in capsys.readouterr().err
+
+
+def test_missing_reference_data_dir(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TRAINSIM_REFERENCE_DATA", raising=False)
+    missing = tmp_path / "nowhere"
+    assert main(["predict", "paper-gpt20b-4-4-8-perlmutter", "--reference-data", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert str(missing) in err and err.count("\n") == 1
+
+
+def test_no_traceback_in_a_real_process(tmp_path):
+    path = write(tmp_path, "model: [unclosed")
+    r = subprocess.run([sys.executable, "-m", "scenarios.cli", "predict", path], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_predict_json_on_roofline(tmp_path, capsys):
+    assert main(["predict", write(tmp_path, GOOD), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["iteration_s"] > 0 and set(out["components"]) >= {"pipeline_s", "max_fwd_s", "max_bwd_s",
+                                                                  "first_stage_sync_s", "max_update_s"}
+    assert len(out["stages"]) == 4
+
+
+def test_scenarios_lists_bundled(capsys):
+    assert main(["scenarios"]) == 0
+    assert "paper-llemma7b-4-2-2-vista" in capsys.readouterr().out
+
+
+def test_config_error_type_has_field():
+    with pytest.raises(ConfigError) as e:
+        load_scenario("paper-gpt20b-4-4-8-perlmutter", ["parallelism.pp=0"])
+    assert e.value.field == "parallelism.pp"
