@@ -1,0 +1,15 @@
+"""Where a job runs: GPUs and clusters, rank placement, collective costs, the link model.
+
+Pure Python, numpy and networkx: no simpy, no scikit-learn, no torch.
+"""
+
+from topology.cluster import CLUSTER_PRESETS, ClusterSpec, cluster_from_mapping, get_cluster
+from topology.collectives import bus_bandwidth, closed_form_seconds
+from topology.graph import LinkModel, build_graph
+from topology.hardware import GPU_PRESETS, GPUSpec, get_gpu
+from topology.placement import Placement
+
+__all__ = [
+    "CLUSTER_PRESETS", "GPU_PRESETS", "ClusterSpec", "GPUSpec", "LinkModel", "Placement", "build_graph",
+    "bus_bandwidth", "closed_form_seconds", "cluster_from_mapping", "get_cluster", "get_gpu",
+]

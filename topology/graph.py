@@ -1,0 +1,215 @@
+"""The link model: which links a group's traffic crosses, and how much.
+
+Structure (:func:`build_graph`): every GPU has one NVLink port into its node's NVSwitch
+and a PCIe path to its NIC(s); every NIC has one port into the fabric (the InfiniBand or
+Slingshot switch network). The fabric is assumed to have **full bisection bandwidth**, so
+it is not a bottleneck and carries no link id of its own (an oversubscribed fabric would
+add a ``"fabric"`` link; none of the presets needs it). PCIe between GPU and NIC is not a
+bottleneck either (Gen4/Gen5 x16 exceeds a 200/400 Gb/s NIC).
+
+Rail mapping: GPU with local index ``j`` uses NIC ``j * nics_per_node // gpus_per_node``
+when a node has no more NICs than GPUs (several GPUs may share one); with more NICs than
+GPUs it owns NICs ``j*N//G .. (j+1)*N//G - 1`` and spreads its traffic evenly over them.
+
+Link ids (what :class:`LinkModel` reports loads on):
+
+- ``"nvlink:<rank>"``: a GPU's NVLink port, capacity ``nvlink_bw`` per direction;
+- ``"nic:<node>.<i>"``: NIC ``i`` of a node, capacity ``nic_bw`` per direction.
+
+A link id stands for a full-duplex port; loads are bytes per direction. Ring collectives
+load both directions of a port equally, so one number describes them. A P2P transfer
+loads the sender's port outbound and the receiver's inbound; a simulator that adds loads
+per link id treats opposite-direction transfers on the same port as sharing it, which is
+conservative.
+
+Loads for a hierarchical ring over a group (see :mod:`topology.collectives`), with ``c``
+the group's GPUs on a node and ``n`` its nodes, per byte of *message*:
+
+- all-reduce (message = per-rank buffer): NVLink port ``2(c-1)/c``, the GPU's NIC share
+  ``2(n-1)/(n c)``;
+- all-gather / reduce-scatter (message = per-rank shard): NVLink ``(c-1) n``, NIC ``n-1``.
+
+A GPU's NIC load lands on its rail NIC(s); GPUs sharing a NIC add up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import networkx as nx
+
+from operators.errors import ConfigError
+from operators.ops import CollKind
+from topology.cluster import ClusterSpec
+from topology.placement import Placement
+
+
+def rail_nics(cluster: ClusterSpec, local_index: int) -> tuple[tuple[int, float], ...]:
+    """The NICs a GPU of local index ``local_index`` uses, each with its share of the GPU's traffic."""
+    g, n = cluster.gpus_per_node, cluster.nics_per_node
+    if not 0 <= local_index < g:
+        raise IndexError(f"local GPU index {local_index} outside 0..{g - 1}")
+    if n <= g:
+        return ((local_index * n // g, 1.0),)
+    lo, hi = local_index * n // g, (local_index + 1) * n // g
+    return tuple((i, 1.0 / (hi - lo)) for i in range(lo, hi))
+
+
+def build_graph(cluster: ClusterSpec, nodes: int) -> nx.Graph:
+    """GPUs, NVSwitches, NICs and the fabric of ``nodes`` nodes as an undirected graph.
+
+    Graph nodes: ``"gpu<r>"`` (attribute ``node``), ``"nvswitch<n>"`` (only when a node has
+    more than one GPU), ``"nic<n>.<i>"``, ``"fabric"``. Edges carry ``capacity`` (bytes/s
+    per direction), ``tier`` (``"nvlink"`` | ``"nic"``) and ``link`` (the LinkModel link id
+    whose capacity bounds the edge). The GPU-NIC (PCIe) edge and the NIC-fabric edge both
+    belong to the NIC's link.
+    """
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ConfigError("cluster.nodes", f"must be a positive integer, got {nodes!r}")
+    cluster.check_nodes(nodes)
+    gpn = cluster.gpus_per_node
+    gr = nx.Graph(cluster=cluster.name)
+    gr.add_node("fabric", kind="fabric")
+    for node in range(nodes):
+        if gpn > 1:
+            gr.add_node(f"nvswitch{node}", kind="nvswitch", node=node)
+        for i in range(cluster.nics_per_node):
+            nic = f"nic{node}.{i}"
+            gr.add_node(nic, kind="nic", node=node)
+            gr.add_edge(nic, "fabric", capacity=cluster.nic_bw, tier="nic", link=f"nic:{node}.{i}")
+        for j in range(gpn):
+            r = node * gpn + j
+            gpu = f"gpu{r}"
+            gr.add_node(gpu, kind="gpu", node=node, rank=r)
+            if gpn > 1:
+                gr.add_edge(gpu, f"nvswitch{node}", capacity=cluster.nvlink_bw, tier="nvlink", link=f"nvlink:{r}")
+            for i, share in rail_nics(cluster, j):
+                gr.add_edge(gpu, f"nic{node}.{i}", capacity=cluster.nic_bw, tier="nic",
+                            link=f"nic:{node}.{i}", share=share)
+    return gr
+
+
+class LinkModel:
+    """Per-link loads of every group of a placement on a cluster (see module doc)."""
+
+    def __init__(self, cluster: ClusterSpec, placement: Placement) -> None:
+        if placement.gpus_per_node != cluster.gpus_per_node:
+            raise ConfigError("cluster.gpus_per_node", f"placement uses {placement.gpus_per_node} GPUs per node, "
+                                                       f"cluster {cluster.name!r} has {cluster.gpus_per_node}")
+        cluster.check_nodes(placement.nodes)
+        self.cluster = cluster
+        self.placement = placement
+        gpn, nodes = cluster.gpus_per_node, placement.nodes
+        self._gpn = gpn
+        self._nvlink_ids = [f"nvlink:{r}" for r in range(placement.gpus)] if gpn > 1 else []
+        self._nic_ids = [[f"nic:{node}.{i}" for i in range(cluster.nics_per_node)] for node in range(nodes)]
+        self._rails = [rail_nics(cluster, j) for j in range(gpn)]
+        caps: dict[str, float] = {}
+        for link in self._nvlink_ids:
+            caps[link] = cluster.nvlink_bw
+        for ids in self._nic_ids:
+            for link in ids:
+                caps[link] = cluster.nic_bw
+        self.capacities: dict[str, float] = caps
+        # Coefficients depend only on (kind, nodes, GPUs on the node): a handful of values.
+        self._coef_cache: dict[tuple[CollKind, int, int], tuple[float, float]] = {}
+
+    @staticmethod
+    def tier(link_id: str) -> str:
+        if link_id.startswith("nvlink:"):
+            return "nvlink"
+        if link_id.startswith("nic:") or link_id == "fabric":
+            return "nic"
+        raise KeyError(f"not a link id: {link_id!r}")
+
+    def _coefficients(self, kind: CollKind, n: int, c: int) -> tuple[float, float]:
+        """(NVLink port load, NIC load of one GPU) per byte of message."""
+        key = (kind, n, c)
+        coef = self._coef_cache.get(key)
+        if coef is None:
+            if kind is CollKind.ALL_REDUCE:
+                coef = (2.0 * (c - 1) / c, 2.0 * (n - 1) / (n * c))
+            elif kind in (CollKind.ALL_GATHER, CollKind.REDUCE_SCATTER):
+                coef = (float((c - 1) * n), float(n - 1))
+            else:
+                raise ValueError(f"use loads_p2p for {kind.value}")
+            self._coef_cache[key] = coef
+        return coef
+
+    def loads(self, kind: CollKind, ranks: Sequence[int]) -> dict[str, float]:
+        """Bytes crossing each link (per direction) per byte of message, for a hierarchical ring.
+
+        The message is the per-rank buffer for an all-reduce, the per-rank shard for an
+        all-gather or reduce-scatter. Links with no load are left out. A group of one rank
+        moves nothing.
+        """
+        if kind is CollKind.P2P:
+            raise ValueError("use loads_p2p for point-to-point transfers")
+        if len(ranks) <= 1:
+            return {}
+        gpn = self._gpn
+        per_node: dict[int, int] = {}
+        for r in ranks:
+            nd = r // gpn
+            per_node[nd] = per_node.get(nd, 0) + 1
+        n = len(per_node)
+        out: dict[str, float] = {}
+        nvlink_ids, nic_ids, rails = self._nvlink_ids, self._nic_ids, self._rails
+        for r in ranks:
+            nd, j = divmod(r, gpn)
+            c = per_node[nd]
+            intra, inter = self._coefficients(kind, n, c)
+            if c > 1:
+                out[nvlink_ids[r]] = intra
+            if n > 1:
+                ids = nic_ids[nd]
+                for i, share in rails[j]:
+                    link = ids[i]
+                    out[link] = out.get(link, 0.0) + inter * share
+        return out
+
+    def loads_p2p(self, src_rank: int, dst_rank: int) -> dict[str, float]:
+        """Bytes per byte of message on each link of a transfer: both NVLink ports within a
+        node, both GPUs' rail NICs across nodes."""
+        if src_rank == dst_rank:
+            return {}
+        gpn = self._gpn
+        (sn, sj), (dn, dj) = divmod(src_rank, gpn), divmod(dst_rank, gpn)
+        if sn == dn:
+            return {self._nvlink_ids[src_rank]: 1.0, self._nvlink_ids[dst_rank]: 1.0}
+        out: dict[str, float] = {}
+        for nd, j in ((sn, sj), (dn, dj)):
+            for i, share in self._rails[j]:
+                link = self._nic_ids[nd][i]
+                out[link] = out.get(link, 0.0) + share
+        return out
+
+    def uncontended_seconds(self, kind: CollKind, ranks: Sequence[int], nbytes: float) -> float:
+        """Duration of one collective (or, for P2P, a transfer from ranks[0] to ranks[1]) alone on the links.
+
+        Ring latency plus, per tier, the busiest link's ``load * nbytes / capacity``; tiers are
+        added as in :func:`topology.collectives.closed_form_seconds`, which this equals for
+        uniform groups when each GPU has a NIC of its own.
+        """
+        cl = self.cluster
+        if kind is CollKind.P2P:
+            src, dst = ranks
+            loads = self.loads_p2p(src, dst)
+            if not loads:
+                return 0.0
+            same = src // self._gpn == dst // self._gpn
+            latency = cl.intra_latency_s if same else cl.inter_latency_s
+        else:
+            if len(ranks) <= 1:
+                return 0.0
+            loads = self.loads(kind, ranks)
+            nodes, most = self.placement.span(ranks)
+            steps = 2 if kind is CollKind.ALL_REDUCE else 1
+            latency = steps * ((most - 1) * cl.intra_latency_s + (nodes - 1) * cl.inter_latency_s)
+        worst = {"nvlink": 0.0, "nic": 0.0}
+        for link, load in loads.items():
+            t = load * nbytes / self.capacities[link]
+            tier = self.tier(link)
+            if t > worst[tier]:
+                worst[tier] = t
+        return latency + worst["nvlink"] + worst["nic"]
