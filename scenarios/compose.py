@@ -92,7 +92,7 @@ class Prediction:
                     "dp_allreduce_s": s.dp_allreduce_s, "dp_allgather_s": s.dp_allgather_s,
                     "optimizer_s": s.optimizer_s,
                 }
-                for s, p in zip(self.costs.stages, self.plans)
+                for s, p in zip(self.costs.stages, self.plans, strict=True)
             ],
             "notes": list(self.costs.notes),
             "warnings": list(self.warnings),

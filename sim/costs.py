@@ -84,7 +84,7 @@ def _op_table(model: DurationModel, ops: Sequence[Op], direction: Direction) -> 
     if not ops:
         return {}
     secs = np.asarray(model.op_seconds(list(ops), direction), dtype=float)
-    return dict(zip(ops, secs.tolist()))
+    return dict(zip(ops, secs.tolist(), strict=True))
 
 
 def build_costs(
@@ -131,7 +131,7 @@ def build_costs(
     keys = list(wanted)
     if keys:
         secs = np.asarray(model.collective_seconds(keys), dtype=float)
-        for c, t in zip(keys, secs.tolist()):
+        for c, t in zip(keys, secs.tolist(), strict=True):
             if math.isnan(t):
                 t = closed_form_seconds(c, cluster)
                 notes.append(f"no samples for {c.kind.value} over {c.nodes}x{c.gpus_per_node} GPUs; "

@@ -40,13 +40,14 @@ def render(pred) -> str:
         f"  tail: gradient sync + update  {fmt_s(e.tail_s)}",
         f"    first-stage DP all-reduce   {fmt_s(e.first_stage_sync_s)}",
         f"    max update (optim+gather)   {fmt_s(e.max_update_s)}",
-        f"  (paper's tail, sync0+maxupd   {fmt_s(e.paper_tail_s)};  paper's Eq. 7 {fmt_s(e.paper_iteration_s).strip()})",
+        f"  (paper's tail, sync0+maxupd   {fmt_s(e.paper_tail_s)};  "
+        f"paper's Eq. 7 {fmt_s(e.paper_iteration_s).strip()})",
         f"tokens/s {pred.tokens_per_s(e.iteration_s):,.0f}   MFU {100 * pred.mfu(e.iteration_s):.1f}% "
         f"(of {sc.cluster.gpu.peak_flops / 1e12:.0f} TFLOP/s peak)",
         "",
         "stage  enc  params/rank     fwd        bwd     MP(f+b)    P2P(f+b)   DP all-red   optim+gather",
     ]
-    for s, p in zip(costs.stages, pred.plans):
+    for s, p in zip(costs.stages, pred.plans, strict=True):
         lines.append(
             f"{s.index:>5} {p.encoders:>4} {s.params / 1e6:9.1f} M {fmt_s(s.fwd_s)} {fmt_s(s.bwd_s)} "
             f"{fmt_s(s.mp_fwd_s + s.mp_bwd_s)} {fmt_s(s.p2p_fwd_s + s.p2p_bwd_s)} {fmt_s(s.dp_allreduce_s)}  "

@@ -1,0 +1,381 @@
+"""Fitted duration profiles: one tree regressor per (operator, direction) and per collective group.
+
+A profile is fitted from samples (the reference's, or a sample directory in our
+schema), flattened to numpy (:mod:`calibration.forest`) and cached on disk as
+``regressors.npz`` + ``manifest.json``. Loading a cached profile imports neither
+scikit-learn nor xgboost. The cache lives under ``cache_dir``, else
+``$TRAINSIM_CACHE``, else ``~/.cache/trainsim/profiles``, in a folder
+``<name>-<first 12 hex of the data hash>``; a manifest whose data hash, format,
+seed or fitting-library versions differ from the current ones is refitted.
+
+Collectives are fitted per (kind, nodes, GPUs per node) on the single feature
+``entries``, as the reference does; a group without samples predicts NaN so the
+caller can fall back to a closed form and say so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+import warnings
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from calibration.forest import TreeEnsemble
+from calibration.roofline import RooflineProfile
+from calibration.samples import (
+    COLLECTIVE_FILE,
+    COMPUTE_FILE,
+    META_FILE,
+    CollectiveSample,
+    ComputeSample,
+    data_hash,
+    load_sample_dir,
+)
+from operators.errors import ConfigError
+from operators.ops import FEATURE_NAMES, Collective, CollKind, Direction, Op, OpKind, features
+
+FORMAT_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+ARRAYS_FILE = "regressors.npz"
+CACHE_ENV = "TRAINSIM_CACHE"
+SHIPPED_DIR = Path(__file__).resolve().parent / "profiles"
+COLLECTIVE_FEATURES = ("entries",)
+
+#: Incremented by every :func:`fit_profile` call (tests check that a cache hit does not fit).
+fit_calls = 0
+
+Progress = Callable[[str], None] | None
+
+
+class ExtrapolationWarning(UserWarning):
+    """An asked shape lies outside the range the regressor was fitted on; trees predict the edge value."""
+
+
+@dataclass(frozen=True, eq=False)
+class Regressor:
+    ensemble: TreeEnsemble
+    feature_min: np.ndarray
+    feature_max: np.ndarray
+    summary: dict  # kind, params, validation_mape (percent or None), candidate_mape, n
+
+
+def _op_key(kind: OpKind, direction: Direction) -> str:
+    return f"op:{kind.value}:{direction.value}"
+
+
+def _coll_key(kind: CollKind, nodes: int, gpn: int) -> str:
+    return f"coll:{kind.value}:{nodes}x{gpn}"
+
+
+def library_versions() -> dict[str, str | None]:
+    """Versions of the fitting stack, read from package metadata (no imports)."""
+    out: dict[str, str | None] = {}
+    for pkg in ("numpy", "scikit-learn", "xgboost"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+class FittedProfile:
+    """A :class:`operators.duration.DurationModel` backed by flattened tree ensembles."""
+
+    def __init__(self, name: str, regressors: Mapping[str, Regressor], manifest: dict | None = None) -> None:
+        self.name = name
+        self.regressors = dict(regressors)
+        self.manifest = dict(manifest or {})
+        self._warned: set[tuple] = set()
+
+    # ------------------------------------------------------------------ prediction
+
+    def _predict(self, key: str, X: np.ndarray, label: str, names: Sequence[str]) -> np.ndarray:
+        reg = self.regressors[key]
+        for j, fname in enumerate(names):
+            col = X[:, j]
+            lo, hi = reg.feature_min[j], reg.feature_max[j]
+            bad = (col < lo) | (col > hi)
+            if bad.any() and (key, j) not in self._warned:
+                self._warned.add((key, j))
+                vals = col[bad]
+                worst = vals[np.argmax(np.maximum(lo - vals, vals - hi))]
+                warnings.warn(ExtrapolationWarning(
+                    f"profile '{self.name}': {label} feature {fname} = {worst:g} is outside the sampled range "
+                    f"[{lo:g}, {hi:g}]; the trees predict the value at the edge of that range"), stacklevel=3)
+        us = reg.ensemble.predict(X)
+        if not (np.isfinite(us).all() and (us >= 0).all()):
+            raise ConfigError("profile", f"profile '{self.name}' predicted an invalid duration for {label}: "
+                                         f"{us[~(np.isfinite(us) & (us >= 0))][0]!r} us")
+        return us * 1e-6
+
+    def op_seconds(self, ops: Sequence[Op], direction: Direction) -> np.ndarray:
+        direction = Direction(direction)
+        out = np.empty(len(ops))
+        groups: dict[OpKind, list[int]] = defaultdict(list)
+        for i, op in enumerate(ops):
+            groups[op.kind].append(i)
+        for kind, idx in groups.items():
+            key = _op_key(kind, direction)
+            if key not in self.regressors:
+                raise ConfigError("profile", f"profile '{self.name}' has no samples for operator {kind.value} "
+                                             f"({direction.value})")
+            X = np.array([features(ops[i]) for i in idx], dtype=np.float64)
+            out[idx] = self._predict(key, X, f"operator {kind.value} ({direction.value})", FEATURE_NAMES[kind])
+        return out
+
+    def collective_seconds(self, colls: Sequence[Collective]) -> np.ndarray:
+        out = np.full(len(colls), np.nan)
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, c in enumerate(colls):
+            if c.ranks == 1 or c.entries == 0:
+                out[i] = 0.0
+            else:
+                key = _coll_key(c.kind, c.nodes, c.gpus_per_node)
+                if key in self.regressors:
+                    groups[key].append(i)
+        for key, idx in groups.items():
+            c = colls[idx[0]]
+            X = np.array([[colls[i].entries] for i in idx], dtype=np.float64)
+            label = f"collective {c.kind.value} over {c.nodes}x{c.gpus_per_node} GPUs"
+            out[idx] = self._predict(key, X, label, COLLECTIVE_FEATURES)
+        return out
+
+    # ------------------------------------------------------------------ reports
+
+    @property
+    def quirks(self) -> list[str]:
+        return list(self.manifest.get("quirks", []))
+
+    def selection_report(self) -> list[dict]:
+        """One row per regressor: operator/collective, direction or group, model, params, MAPE %, n."""
+        rows = []
+        for key in sorted(self.regressors):
+            s = self.regressors[key].summary
+            _, what, sub = key.split(":")
+            rows.append({"operator": what, "direction": sub, "model": s["kind"], "params": s["params"],
+                         "validation_mape_pct": s["validation_mape"], "n": s["n"]})
+        return rows
+
+    # ------------------------------------------------------------------ persistence
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write ``manifest.json`` and ``regressors.npz`` atomically into ``path`` (replaced if present)."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        arrays: dict[str, np.ndarray] = {}
+        entries = []
+        for i, key in enumerate(sorted(self.regressors)):
+            reg = self.regressors[key]
+            arrays.update(reg.ensemble.to_arrays(f"r{i}_"))
+            entries.append({"key": key, "index": i, **reg.summary,
+                            "feature_min": reg.feature_min.tolist(), "feature_max": reg.feature_max.tolist()})
+        np.savez_compressed(tmp / ARRAYS_FILE, **arrays)
+        manifest = {**self.manifest, "name": self.name, "format": FORMAT_VERSION, "regressors": entries}
+        (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+        return target
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> FittedProfile:
+        root = Path(path)
+        try:
+            manifest = json.loads((root / MANIFEST_FILE).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ConfigError(str(root), f"not a cached profile: {e}") from None
+        if manifest.get("format") != FORMAT_VERSION:
+            raise ConfigError(str(root), f"cached profile format {manifest.get('format')!r}, expected {FORMAT_VERSION}")
+        regs = {}
+        with np.load(root / ARRAYS_FILE, allow_pickle=False) as z:
+            for e in manifest["regressors"]:
+                ens = TreeEnsemble.from_arrays(z, f"r{e['index']}_")
+                summary = {k: e[k] for k in ("kind", "params", "validation_mape", "candidate_mape", "n")}
+                regs[e["key"]] = Regressor(ens, np.asarray(e["feature_min"], dtype=np.float64),
+                                           np.asarray(e["feature_max"], dtype=np.float64), summary)
+        manifest = {k: v for k, v in manifest.items() if k != "regressors"}
+        return cls(manifest["name"], regs, manifest)
+
+    def __repr__(self) -> str:
+        return f"FittedProfile({self.name!r}, {len(self.regressors)} regressors)"
+
+
+# ----------------------------------------------------------------------------- fitting
+
+
+def _finite_or_none(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+def _fit_one(X: np.ndarray, y: np.ndarray, random_state: int, candidates) -> Regressor:
+    from calibration.select import OperatorRegressor
+
+    r = OperatorRegressor(candidates=candidates, random_state=random_state).fit(X, y)
+    summary = {"kind": r.best_kind_, "params": r.best_params_, "validation_mape": _finite_or_none(r.validation_mape_),
+               "candidate_mape": [_finite_or_none(s) for s in r.candidate_mape_], "n": int(r.n_samples_)}
+    return Regressor(r.to_ensemble(), r.feature_min_.copy(), r.feature_max_.copy(), summary)
+
+
+def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_rows: Sequence[CollectiveSample],
+                random_state: int = 0, *, progress: Progress = None, n_jobs: int = 2, candidates=None,
+                manifest: dict | None = None) -> FittedProfile:
+    """Fit one regressor per (operator, direction) and per (collective, nodes, GPUs per node).
+
+    Regressors are independent and seeded, so the result does not depend on ``n_jobs``
+    (regressors are fitted on that many threads; the libraries release the GIL).
+    """
+    global fit_calls
+    fit_calls += 1
+    data: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
+    for s in compute_rows:
+        xs, ys = data[_op_key(s.op.kind, s.direction)]
+        xs.append(features(s.op))
+        ys.append(s.duration_us)
+    for c in collective_rows:
+        xs, ys = data[_coll_key(c.coll.kind, c.coll.nodes, c.coll.gpus_per_node)]
+        xs.append((float(c.coll.entries),))
+        ys.append(c.duration_us)
+    if not data:
+        raise ConfigError("profile", f"profile '{name}' has no samples")
+    keys = sorted(data, key=lambda k: -len(data[k][1]))  # largest first balances the threads
+
+    def job(key: str) -> Regressor:
+        xs, ys = data[key]
+        return _fit_one(np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64), random_state, candidates)
+
+    t0 = time.perf_counter()
+    regs: dict[str, Regressor] = {}
+    if n_jobs > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=n_jobs) as pool:
+            for i, (key, reg) in enumerate(zip(keys, pool.map(job, keys), strict=True), 1):
+                regs[key] = reg
+                if progress:
+                    progress(f"fitted {key} ({i}/{len(keys)})")
+    else:
+        for i, key in enumerate(keys, 1):
+            regs[key] = job(key)
+            if progress:
+                progress(f"fitted {key} ({i}/{len(keys)})")
+    meta = {"random_state": random_state, "versions": library_versions(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "fit_seconds": round(time.perf_counter() - t0, 3),
+            **(manifest or {})}
+    return FittedProfile(name, regs, meta)
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    if cache_dir:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "trainsim" / "profiles"
+
+
+def shipped_profiles() -> list[str]:
+    if not SHIPPED_DIR.is_dir():
+        return []
+    return sorted(p.name for p in SHIPPED_DIR.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+
+
+def _cache_valid(path: Path, hash_: str, random_state: int) -> bool:
+    try:
+        m = json.loads((path / MANIFEST_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return (m.get("format") == FORMAT_VERSION and m.get("data_hash") == hash_
+            and m.get("random_state") == random_state and m.get("versions") == library_versions()
+            and (path / ARRAYS_FILE).exists())
+
+
+def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress: Progress,
+                random_state: int) -> FittedProfile:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[-60:]
+    path = cache_root(cache_dir) / f"{slug}-{hash_[:12]}"
+    if _cache_valid(path, hash_, random_state):
+        try:
+            return FittedProfile.load(path)
+        except (ConfigError, OSError, KeyError, ValueError) as e:
+            warnings.warn(f"cached profile {path} unreadable ({e}); refitting", stacklevel=3)
+    from calibration.reference import find_quirks, warn_quirks
+
+    compute, colls = loader()
+    quirks = find_quirks(list(compute), list(colls), name)
+    warn_quirks(quirks)
+    if progress:
+        progress(f"fitting profile '{name}' from {len(compute)} operator and {len(colls)} collective samples")
+    prof = fit_profile(name, compute, colls, random_state, progress=progress,
+                       manifest={"data_hash": hash_, "source": source, "quirks": quirks})
+    try:
+        prof.save(path)
+    except OSError as e:
+        warnings.warn(f"could not write the profile cache {path}: {e}; the next run refits", stacklevel=3)
+    return prof
+
+
+def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | None = None,
+                 progress: Progress = None, gpu_specs: Mapping[str, tuple[float, float]] | None = None,
+                 random_state: int = 0):
+    """Resolve a profile name to a :class:`operators.duration.DurationModel`.
+
+    * ``reference:Perlmutter`` / ``reference:Vista``: the reference samples found via
+      ``reference_dir`` or ``$TRAINSIM_REFERENCE_DATA``; fitted once, then cached.
+    * ``roofline:<gpu>``: a :class:`RooflineProfile` from ``gpu_specs[gpu] =
+      (peak_flops, mem_bw)``, which the caller supplies (the GPU presets live in topology).
+    * a path to a sample directory (compute.csv / collectives.csv / meta.json): fitted, cached.
+    * a shipped name: the sample directory ``calibration/profiles/<name>/``, fitted, cached.
+    """
+    if name.startswith("roofline:"):
+        gpu = name.split(":", 1)[1]
+        specs = dict(gpu_specs or {})
+        if gpu not in specs:
+            raise ConfigError("profile", f"unknown GPU '{gpu}' for a roofline profile; known: "
+                                         f"{', '.join(sorted(specs)) or 'none given'}")
+        peak, bw = specs[gpu]
+        return RooflineProfile(name, peak, bw)
+    if name.startswith("reference:"):
+        from calibration.reference import CLUSTERS, load_reference, reference_files, resolve_reference_dir
+
+        cluster = name.split(":", 1)[1]
+        canon = next((c for c in CLUSTERS if c.lower() == cluster.lower()), None)
+        if canon is None:
+            raise ConfigError("profile", f"unknown reference cluster '{cluster}'; known: "
+                                         f"{', '.join('reference:' + c for c in CLUSTERS)}")
+        root = resolve_reference_dir(reference_dir)
+        op_files, nccl_files = reference_files(root, canon)
+        hash_ = data_hash(op_files + nccl_files, root)
+        return _fit_cached(f"reference:{canon}", hash_, str(root / canon),
+                           lambda: load_reference(root, canon), cache_dir, progress, random_state)
+    path = Path(name).expanduser()
+    if not path.is_dir() and re.fullmatch(r"[A-Za-z0-9_.-]+", name) and (SHIPPED_DIR / name).is_dir():
+        path = SHIPPED_DIR / name
+    if path.is_dir():
+        files = [path / f for f in (COMPUTE_FILE, COLLECTIVE_FILE, META_FILE) if (path / f).exists()]
+        if not any(f.name != META_FILE for f in files):
+            raise ConfigError(str(path), f"holds neither {COMPUTE_FILE} nor {COLLECTIVE_FILE}")
+
+        def loader():
+            samples = load_sample_dir(path)
+            return samples.compute, samples.collectives
+
+        return _fit_cached(name, data_hash(files, path), str(path.resolve()), loader, cache_dir, progress,
+                           random_state)
+    known = ["reference:Perlmutter", "reference:Vista", "roofline:<gpu>", *shipped_profiles()]
+    raise ConfigError("profile", f"unknown profile '{name}'; known: {', '.join(known)}, or a sample directory")
