@@ -53,6 +53,16 @@ class Prediction:
     warnings: tuple[str, ...]
 
     @property
+    def memory_gib_per_gpu(self) -> float | None:
+        """Peak memory estimate of the busiest GPU (operators.memory), when available."""
+        try:
+            from operators.memory import memory_per_gpu
+        except ImportError:  # pragma: no cover - module not in this build
+            return None
+        sc = self.scenario
+        return max(memory_per_gpu(sc.model, sc.training, sc.parallelism, p).total_gib for p in self.plans)
+
+    @property
     def model_flops(self) -> float:
         """Model FLOPs of one iteration over all GPUs (recompute not counted, as MFU defines it)."""
         par = self.scenario.parallelism
@@ -82,6 +92,7 @@ class Prediction:
             "components": e.components(),
             "tokens_per_s": self.tokens_per_s(e.iteration_s),
             "mfu": self.mfu(e.iteration_s),
+            "memory_gib_per_gpu": self.memory_gib_per_gpu,
             "stages": [
                 {
                     "stage": s.index, "encoders": p.encoders, "params": s.params,

@@ -46,6 +46,8 @@ class SimulationSpec:
     mode: str = "realistic"
     seed: int = 0
     jitter: Mapping[str, Any] = field(default_factory=dict)  # validated by sim.jitter
+    # gradient buckets reduced during the last backward (Megatron-LM) instead of after it (DeepSpeed)
+    overlap_dp: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in SIM_MODES:
@@ -54,6 +56,8 @@ class SimulationSpec:
             raise ConfigError("simulation.seed", f"must be a non-negative integer, got {self.seed!r}")
         if not isinstance(self.jitter, Mapping):
             raise ConfigError("simulation.jitter", "must be a mapping")
+        if not isinstance(self.overlap_dp, bool):
+            raise ConfigError("simulation.overlap_dp", f"must be true or false, got {self.overlap_dp!r}")
 
 
 @dataclass(frozen=True)

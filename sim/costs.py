@@ -40,6 +40,11 @@ class StageCost:
     params: int
     fwd_flops: float
     bwd_flops: float
+    # Message sizes, so the simulated network knows the rate a transfer needs when alone.
+    mp_allreduce_bytes: float = 0.0  # one MP all-reduce's per-rank buffer
+    p2p_bytes: float = 0.0  # one activation (or gradient) message between stages
+    dp_bucket_bytes: tuple[float, ...] = ()  # per gradient bucket, per-rank buffer
+    dp_allgather_bytes: float = 0.0  # ZeRO-1 per-rank shard
 
     @property
     def fwd_s(self) -> float:
@@ -167,6 +172,10 @@ def build_costs(
             params=p.params,
             fwd_flops=f_flops,
             bwd_flops=b_flops,
+            mp_allreduce_bytes=float(mp_ar.bytes) if mp_ar is not None else 0.0,
+            p2p_bytes=float(2 * p.p2p_entries),
+            dp_bucket_bytes=tuple(float(c.bytes) for c in dp_ar[s]),
+            dp_allgather_bytes=float(sum(c.bytes for c in dp_ag[s])),
         ))
     return IterationCosts(
         stages=tuple(stages), micro_batches=training.micro_batches, parallelism=par,

@@ -36,9 +36,9 @@ def test_eq7_by_hand():
     assert r.pipeline_s == 42.0
     assert r.first_stage_sync_s == 0.5 and r.max_update_s == 0.5
     assert r.paper_tail_s == 1.0
-    # corrected tail: max(0.5 + 0.25, max(0, 0.6 - 5) + 0.5, max(0, 0.4 - 10) + 0.1) = 0.75
-    assert r.tail_s == 0.75
-    assert r.iteration_s == 42.75 and r.paper_iteration_s == 43.0
+    # stage 0's sync is the most exposed: max(0.5, max(0, 0.6 - 5), max(0, 0.4 - 10)) = 0.5
+    assert r.exposed_sync_s == 0.5 and r.tail_s == 1.0
+    assert r.iteration_s == 43.0 == r.paper_iteration_s
     assert r.bottleneck_fwd_stage == 1 and r.bottleneck_bwd_stage == 1
 
 
@@ -46,8 +46,16 @@ def test_late_stage_sync_can_dominate_the_tail():
     # the last stage's all-reduce is longer than the time it has before stage 0 finishes
     st_ = [stage(0, 1.0, 1.0, ar=0.1), stage(1, 1.0, 1.0, ar=3.0, upd=0.2)]
     r = eq7(costs(st_, 2))
+    assert r.exposed_sync_s == pytest.approx(3.0 - 1.0)  # stage 1 starts 1 backward slot earlier
     assert r.tail_s == pytest.approx(3.0 - 1.0 + 0.2)
     assert r.paper_tail_s == pytest.approx(0.1 + 0.2)
+
+
+def test_optimizer_counts_without_data_parallelism():
+    # dp = 1: no gradient sync, but the optimizer still runs (the reference drops it)
+    r = eq7(costs([stage(0, 1.0, 2.0, upd=0.3)], 4))
+    assert r.first_stage_sync_s == 0.0 and r.max_update_s == 0.3
+    assert r.iteration_s == pytest.approx(4 * 3.0 + 0.3)
 
 
 @given(

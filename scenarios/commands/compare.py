@@ -1,0 +1,37 @@
+"""``trainsim compare``: Eq. 7 beside the simulation, every difference attributed to a cause."""
+
+from __future__ import annotations
+
+import argparse
+
+from scenarios.commands.common import add_scenario_args, fmt_s, load, print_json, warn
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="Eq. 7 beside the simulation, with the difference attributed by cause")
+    add_scenario_args(p)
+    p.add_argument("--ideal", action="store_true", help="compare with the ideal simulation (should be ~0)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from scenarios.compose import predict
+    from sim.compare import compare
+
+    pred = predict(load(args), reference_data=args.reference_data, cache_dir=args.cache_dir)
+    warn(pred.warnings)
+    sc = pred.scenario
+    c = compare(pred.costs, sc.cluster, ideal=args.ideal, seed=sc.simulation.seed,
+                overlap_dp=sc.simulation.overlap_dp)
+    if args.json:
+        out = c.to_json()
+        out["scenario"] = sc.name
+        print_json(out)
+        return 0
+    print(f"{sc.name}: Eq. 7 {fmt_s(c.eq7_s).strip()}, simulation {fmt_s(c.sim_s).strip()} "
+          f"({100 * c.rel_diff:+.2f}%)")
+    print("difference by cause (each switched on in turn, in this order):")
+    for cause, v in c.attribution.items():
+        print(f"  {cause:22} {v * 1e3:+12.3f} ms")
+    print(f"  {'total':22} {(c.sim_s - c.eq7_s) * 1e3:+12.3f} ms")
+    return 0

@@ -1,0 +1,115 @@
+"""``trainsim run``: simulate one iteration and report where the time goes."""
+
+from __future__ import annotations
+
+import argparse
+
+from scenarios.commands.common import add_scenario_args, check_writable, fmt_s, load, print_json, warn, write_atomic
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="simulate one iteration (SimPy): timeline, exposed communication, MFU")
+    add_scenario_args(p)
+    p.add_argument("--ideal", action="store_true", help="follow Eq. 7's assumptions (equals Eq. 7)")
+    p.add_argument("--trace", metavar="FILE", help="write a Perfetto / Chrome trace JSON (ui.perfetto.dev)")
+    p.add_argument("--plot", metavar="FILE", help="write the pipeline timeline PNG (the paper's Figure 2)")
+    p.add_argument("--breakdown", metavar="FILE", help="write the component breakdown PNG (the paper's Figure 3)")
+    p.set_defaults(func=run)
+
+
+def simulate_scenario(pred, *, ideal: bool = False, record: bool = False):
+    """Run the simulation for a prediction (shared by run, compare and jitter)."""
+    from sim.engine import simulate
+    from sim.jitter import parse_jitter
+
+    sc = pred.scenario
+    mode = "ideal" if ideal else sc.simulation.mode
+    perturb = parse_jitter(sc.simulation.jitter) if mode == "realistic" else None
+    return simulate(
+        pred.costs, sc.cluster, mode=mode, seed=sc.simulation.seed, perturb=perturb, record=record,
+        schedule=sc.parallelism.schedule, tokens_per_iteration=sc.tokens_per_iteration,
+        overlap_dp=sc.simulation.overlap_dp,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from scenarios.compose import predict
+
+    outputs = {opt: check_writable(path, f"--{opt}") for opt, path in
+               (("trace", args.trace), ("plot", args.plot), ("breakdown", args.breakdown)) if path}
+    pred = predict(load(args), reference_data=args.reference_data, cache_dir=args.cache_dir)
+    warn(pred.warnings)
+    result = simulate_scenario(pred, ideal=args.ideal, record=bool(args.trace or args.plot))
+    if "trace" in outputs:
+        from scenarios.trace import write_chrome_trace
+
+        write_atomic(outputs["trace"], lambda tmp: write_chrome_trace(result, tmp))
+    if "plot" in outputs:
+        from scenarios.plots import plot_timeline
+
+        write_atomic(outputs["plot"], lambda tmp: plot_timeline(result, tmp))
+    if "breakdown" in outputs:
+        from scenarios.plots import plot_breakdown
+
+        write_atomic(outputs["breakdown"], lambda tmp: plot_breakdown(
+            result.breakdown, tmp, title=f"{pred.scenario.name}: critical stage replica"))
+    if args.json:
+        print_json(to_json(pred, result))
+        return 0
+    print(render(pred, result))
+    for opt, path in outputs.items():
+        print(f"wrote {opt}: {path}")
+    return 0
+
+
+def to_json(pred, result) -> dict:
+    sc = pred.scenario
+    return {
+        "scenario": sc.name,
+        "mode": result.mode,
+        "iteration_s": result.iteration_s,
+        "eq7_s": result.eq7_s,
+        "sim_wall_s": result.sim_wall_s,
+        "events": result.events,
+        "tokens_per_s": result.tokens_per_s,
+        "mfu": result.mfu,
+        "bubble_share": result.bubble_share,
+        "pipeline_s": result.pipeline_s,
+        "exposed_s": dict(result.exposed),
+        "components": dict(result.breakdown),
+        "critical": {"stage": result.critical[0], "replica": result.critical[1]},
+        "eq7": pred.eq7.components(),
+        "memory_gib_per_gpu": pred.memory_gib_per_gpu,
+        "gpus": sc.gpus,
+        "profile": pred.profile_name,
+        "notes": list(pred.costs.notes),
+        "warnings": list(pred.warnings),
+    }
+
+
+def render(pred, r) -> str:
+    sc = pred.scenario
+    par, tr = sc.parallelism, sc.training
+    diff = (r.iteration_s - r.eq7_s) / r.eq7_s if r.eq7_s else 0.0
+    lines = [
+        f"{sc.name}: {sc.model.name} on {sc.cluster.name}, PP{par.pp} MP{par.mp} DP{par.dp} ({sc.gpus} GPUs), "
+        f"b={tr.micro_batch}, m={tr.micro_batches}, {r.mode} simulation, profile {pred.profile_name}",
+        "",
+        f"iteration time (simulated)   {fmt_s(r.iteration_s)}",
+        f"Eq. 7                        {fmt_s(r.eq7_s)}   ({100 * diff:+.1f}%)",
+        f"tokens/s                     {r.tokens_per_s:12,.0f}",
+        f"MFU                          {100 * r.mfu:11.1f} %",
+        f"bubble share                 {100 * r.bubble_share:11.1f} %",
+    ]
+    if pred.memory_gib_per_gpu is not None:
+        lines.append(f"memory per GPU (estimate)    {pred.memory_gib_per_gpu:11.1f} GiB")
+    lines += ["", f"critical stage replica: stage {r.critical[0]}, replica {r.critical[1]}; where its time went:"]
+    total = sum(r.breakdown.values()) or 1.0
+    for k, v in r.breakdown.items():
+        lines.append(f"  {k:14} {fmt_s(v)}  {100 * v / total:5.1f} %")
+    lines.append("exposed communication on the critical replica: " +
+                 ", ".join(f"{k} {fmt_s(v).strip()}" for k, v in r.exposed.items()))
+    lines.append(f"simulated {r.events:,} events in {r.sim_wall_s:.3f} s")
+    for n in pred.costs.notes:
+        lines.append(f"note: {n}")
+    return "\n".join(lines)

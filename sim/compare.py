@@ -1,0 +1,69 @@
+"""Eq. 7 beside the simulation, with every difference attributed to a cause.
+
+A telescoping chain of simulations switches Eq. 7's assumptions off one at a time
+(:class:`sim.engine.SimOptions`); each cause gets the change it made, so the
+attribution sums to ``sim_s - eq7_s`` exactly (up to float rounding):
+
+=====================  ==============================================================
+``residual``           ideal simulation - Eq. 7 (float rounding only; ~1e-15 relative)
+``unequal_stages``     each stage's own forward/backward time instead of the maximum
+``exposed_p2p``        P2P as a blocking transfer instead of sender compute (uncontended)
+``exposed_dp_allreduce``  bucketed DP all-reduce as a collective of all replicas (overlapping
+                       the last backward with ``overlap_dp``) instead of Eq. 7's tail
+``link_contention``    transfers share links (max-min fair) instead of running alone
+=====================  ==============================================================
+
+The order matters (effects interact); it follows the order the design lists them in.
+Without link contention a blocking P2P send costs the sender exactly what Eq. 7 charges
+it, so ``exposed_p2p`` is zero unless jitter or a later model change makes it otherwise;
+P2P traffic that collides with other traffic is counted under ``link_contention``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from sim.costs import IterationCosts
+from sim.engine import IDEAL, SimOptions, simulate
+from sim.eq7 import eq7
+from topology import ClusterSpec
+
+CAUSES = ("residual", "unequal_stages", "exposed_p2p", "exposed_dp_allreduce", "link_contention")
+
+_CHAIN = (
+    ("unequal_stages", SimOptions(own_stage_times=True, p2p_transfers=False, bucketed_dp=False, contention=False)),
+    ("exposed_p2p", SimOptions(own_stage_times=True, p2p_transfers=True, bucketed_dp=False, contention=False)),
+    ("exposed_dp_allreduce", SimOptions(own_stage_times=True, p2p_transfers=True, bucketed_dp=True,
+                                        contention=False)),
+    ("link_contention", SimOptions(own_stage_times=True, p2p_transfers=True, bucketed_dp=True, contention=True)),
+)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    eq7_s: float
+    sim_s: float
+    rel_diff: float  # (sim_s - eq7_s) / eq7_s
+    attribution: dict[str, float]  # cause -> seconds; sums to sim_s - eq7_s
+    ideal: bool = False
+
+    def to_json(self) -> dict:
+        return {"eq7_s": self.eq7_s, "sim_s": self.sim_s, "rel_diff": self.rel_diff,
+                "attribution": dict(self.attribution), "ideal": self.ideal}
+
+
+def compare(costs: IterationCosts, cluster: ClusterSpec | None, ideal: bool = False, seed: int = 0,
+            overlap_dp: bool = False) -> Comparison:
+    e = eq7(costs).iteration_s
+    prev = simulate(costs, cluster, seed=seed, options=IDEAL).iteration_s
+    attribution = {cause: 0.0 for cause in CAUSES}
+    attribution["residual"] = prev - e
+    if not ideal:
+        for cause, opts in _CHAIN:
+            opts = dataclasses.replace(opts, overlap_dp=overlap_dp)
+            now = simulate(costs, cluster, seed=seed, options=opts).iteration_s
+            attribution[cause] = now - prev
+            prev = now
+    rel = (prev - e) / e if e > 0 else 0.0
+    return Comparison(eq7_s=e, sim_s=prev, rel_diff=rel, attribution=attribution, ideal=ideal)
