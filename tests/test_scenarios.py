@@ -114,3 +114,24 @@ def test_config_error_type_has_field():
     with pytest.raises(ConfigError) as e:
         load_scenario("paper-gpt20b-4-4-8-perlmutter", ["parallelism.pp=0"])
     assert e.value.field == "parallelism.pp"
+
+
+def test_operator_with_no_samples(tmp_path, capsys):
+    """A profile that lacks an operator the stage plans need is an error naming it."""
+    import numpy as np
+
+    from calibration.samples import ComputeSample, write_samples
+    from operators import Direction, Op, OpKind
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for kind in (OpKind.LINEAR1, OpKind.LINEAR2):  # far from everything GPT-20B needs
+        for _ in range(20):
+            b, d = int(rng.integers(1, 8)), int(rng.choice([1024, 2048, 4096]))
+            for direction in (Direction.FWD, Direction.BWD):
+                rows.append(ComputeSample(Op(kind, b=b, l=1024, d=d, h=16), direction, float(rng.uniform(10, 100))))
+    samples = tmp_path / "my-gpu"
+    write_samples(samples, (rows, []), {"gpu": "test"})
+    assert main(["predict", write(tmp_path, GOOD), "--set", f"profile.name={samples}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has no samples for operator" in err[0]

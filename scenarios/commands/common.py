@@ -53,7 +53,8 @@ def check_writable(path: str, option: str) -> Path:
 
 def write_atomic(path: Path, write) -> None:
     """Write through a temporary file in the same folder, then rename: never half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.stem}.tmp.", suffix=path.suffix)
+    folder = path.parent if str(path.parent) else "."
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.stem}.tmp.", suffix=path.suffix)
     os.close(fd)
     try:
         write(tmp)
