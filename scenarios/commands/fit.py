@@ -1,14 +1,15 @@
-"""``trainsim fit``: fit a named profile from a folder of samples (our sample-table format)."""
+"""``trainsim fit``: fit (and cache) a profile from a folder of samples in our sample-table format."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("fit", help="fit regressors on a folder of samples and cache them as a named profile")
-    p.add_argument("samples", help="folder holding compute.csv (and optionally collectives.csv, meta.json)")
-    p.add_argument("--name", default=None, help="profile name (default: the folder's name)")
+    p = sub.add_parser("fit", help="fit regressors on a folder of samples and cache them as a profile")
+    p.add_argument("samples", help="folder holding compute.csv (and optionally collectives.csv, meta.json); "
+                                   "use the same path as profile.name in a scenario")
     p.add_argument("--cache-dir", default=None, help="default: $TRAINSIM_CACHE or ~/.cache/trainsim")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
@@ -16,14 +17,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from calibration import load_profile
-    from scenarios.commands.common import print_json
+    from scenarios.commands.profile import show
 
-    profile = load_profile(args.samples, cache_dir=args.cache_dir)
-    rows = profile.selection_report()
-    if args.json:
-        print_json({"profile": profile.name, "regressors": rows})
-        return 0
-    print(f"profile {profile.name}: {len(rows)} regressors")
-    for r in rows:
-        print("  " + "  ".join(f"{k}={v}" for k, v in r.items()))
+    def progress(msg: str) -> None:
+        if sys.stderr.isatty():
+            print(f"trainsim: {msg}", file=sys.stderr)
+
+    profile = load_profile(args.samples, cache_dir=args.cache_dir, progress=progress)
+    show(profile, args.json)
     return 0

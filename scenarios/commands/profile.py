@@ -17,20 +17,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from calibration import load_profile
-    from scenarios.commands.common import print_json
 
     profile = load_profile(args.name, reference_dir=args.reference_data, cache_dir=args.cache_dir)
+    show(profile, args.json)
+    return 0
+
+
+def show(profile, as_json: bool) -> None:
+    """Print a fitted profile's per-regressor model selection."""
+    from scenarios.commands.common import print_json
+
     rows = profile.selection_report()
-    if args.json:
+    if as_json:
         print_json({"profile": profile.name, "regressors": rows})
-        return 0
+        return
     print(f"profile {profile.name}: {len(rows)} regressors")
     if rows:
-        keys = list(rows[0])
-        print("  ".join(f"{k:>14}" for k in keys))
+        keys = [k for k in rows[0] if k != "params"]
+        print("  ".join(f"{k:>14}" for k in keys) + "  params")
         for r in rows:
-            print("  ".join(f"{_fmt(r[k]):>14}" for k in keys))
-    return 0
+            print("  ".join(f"{_fmt(r[k]):>14}" for k in keys) + "  " + _fmt(r.get("params", "")))
 
 
 def _fmt(v: object) -> str:
