@@ -1,0 +1,142 @@
+"""validation/train_3d.py: TP, PP and DP reproduce single-process training (gloo, fp32, CPU).
+
+Each layout runs under torchrun in a subprocess, dumps every rank's parameters after one
+AdamW step, and the test reassembles the full tensors (MP shards concatenated along their
+shard dimension, each layer taken from the stage that holds it) and compares them, and the
+loss, with :func:`train_3d.reference_step`: the same model and global batch trained in one
+process with plain ops. DP replicas and the replicated tensors of MP ranks must agree too.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "validation" / "train_3d.py"
+# adam_eps well above fp32 gradient noise: the key bias has an exactly-zero gradient (softmax
+# ignores a constant added to every key), and eps=1e-8 would turn its rounding noise into a full
+# lr-sized step whose sign differs between layouts.
+MODEL = dict(hidden=32, heads=4, layers=4, seq=8, vocab=256, micro_batch=2, micro_batches=3, adam_eps=1e-4)
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("train_3d", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("train_3d", mod)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+t3d = _module()
+
+
+def _launch(tmp_path: Path, pp: int, mp: int, dp: int, *extra: str) -> subprocess.CompletedProcess:
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in MODEL.items()]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={pp * mp * dp}",
+           str(SCRIPT), f"--pp={pp}", f"--mp={mp}", f"--dp={dp}", *args, "--iters=1", "--warmup=0",
+           "--backend=gloo", "--dtype=fp32", *extra]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def _assemble(dump: Path, cfg) -> tuple[float, dict]:
+    states = [torch.load(p) for p in sorted(dump.glob("rank*.pt"))]
+    assert len(states) == cfg.world
+    losses = {s["loss"] for s in states if s["loss"] is not None}
+    assert len(losses) == 1, f"last-stage ranks disagree on the loss: {losses}"
+    by_name: dict[str, dict[tuple[int, int], torch.Tensor]] = {}
+    for s in states:
+        _, j, k = s["coords"]
+        for name, t in s["params"].items():
+            by_name.setdefault(name, {})[(j, k)] = t
+    full = {}
+    for name, parts in by_name.items():
+        dim = t3d.shard_dim(name)
+        replicas = []
+        for j in range(cfg.dp):
+            shards = [parts[(j, k)] for k in range(cfg.mp)]
+            if dim is None:  # replicated over MP: every MP rank must hold the same values
+                for other in shards[1:]:
+                    torch.testing.assert_close(other, shards[0], rtol=RTOL, atol=ATOL, msg=name)
+                replicas.append(shards[0])
+            else:
+                replicas.append(torch.cat(shards, dim=dim))
+        for other in replicas[1:]:  # DP replicas stay identical after the averaged update
+            torch.testing.assert_close(other, replicas[0], rtol=0, atol=0, msg=name)
+        full[name] = replicas[0]
+    return losses.pop(), full
+
+
+@pytest.mark.parametrize("pp,mp,dp", [(2, 1, 1), (1, 2, 1), (1, 1, 2), (2, 2, 1)])
+def test_layout_matches_single_process_reference(tmp_path, pp, mp, dp):
+    cfg = t3d.Config(pp=pp, mp=mp, dp=dp, **MODEL)
+    _launch(tmp_path, pp, mp, dp, f"--dump={tmp_path / 'dump'}")
+    loss, params = _assemble(tmp_path / "dump", cfg)
+    ref_loss, ref = t3d.reference_step(cfg)
+    assert loss == pytest.approx(ref_loss, rel=RTOL)
+    assert set(params) == set(ref)
+    assert len(ref) == 4 * len(t3d.LAYER_TENSORS) + 4
+    before = {n: t3d.full_tensor(torch, cfg, n.rsplit(".", 1)[-1], int(n.split(".")[1]) if "." in n else -1,
+                                 torch.device("cpu")) for n in ref}
+    for name, want in ref.items():
+        torch.testing.assert_close(params[name], want, rtol=RTOL, atol=ATOL, msg=name)
+        # the step moved every tensor (a parameter without a gradient would stay put)
+        assert not torch.equal(want, before[name]), name
+
+
+def test_reference_catches_a_wrong_update():
+    """The comparison has teeth: a different learning rate or a different batch is detected."""
+    cfg = t3d.Config(**MODEL)
+    loss, ref = t3d.reference_step(cfg)
+    _, other = t3d.reference_step(t3d.Config(**MODEL, lr=2e-3))
+    assert not torch.allclose(other["head_w"], ref["head_w"], rtol=RTOL, atol=ATOL)
+    loss2, _ = t3d.reference_step(t3d.Config(**MODEL, dp=2))  # twice the global batch
+    assert loss2 != pytest.approx(loss, rel=1e-4)
+
+
+def test_recompute_and_timing_row(tmp_path):
+    """--recompute gives the same step; the CSV row has the documented columns."""
+    cfg = t3d.Config(pp=2, mp=1, dp=1, recompute=True, **MODEL)
+    out = tmp_path / "measured_3d.csv"
+    _launch(tmp_path, 2, 1, 1, "--recompute", f"--dump={tmp_path / 'dump'}", f"--out={out}")
+    loss, params = _assemble(tmp_path / "dump", cfg)
+    ref_loss, ref = t3d.reference_step(cfg)
+    assert loss == pytest.approx(ref_loss, rel=RTOL)
+    for name, want in ref.items():
+        torch.testing.assert_close(params[name], want, rtol=RTOL, atol=ATOL, msg=name)
+    rows = list(csv.DictReader(out.open()))
+    assert tuple(rows[0]) == t3d.COLUMNS and len(rows) == 1
+    r = rows[0]
+    assert (r["layout"], r["recompute"], r["device"]) == ("pp2-mp1-dp1", "full", "cpu")
+    assert 0 < float(r["min_s"]) <= float(r["median_s"]) and float(r["max_mem_gib"]) > 0
+
+
+def test_config_rejects_bad_layouts():
+    from operators.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--mp"):
+        t3d.Config(mp=3, **MODEL)
+    with pytest.raises(ConfigError, match="parallelism.pp"):
+        t3d.Config(pp=4, **{**MODEL, "layers": 2})
+
+
+def test_stage_split_and_micro_slices_cover_everything():
+    cfg = t3d.Config(pp=2, dp=2, **MODEL)
+    layers = [i for s in range(cfg.pp) for i in cfg.stage_layers(s)]
+    assert layers == list(range(cfg.layers))
+    assert list(cfg.stage_layers(0)) == [0, 1, 2]  # partition_encoders(4, 2) = (3, 1)
+    rows = sorted(r for j in range(cfg.dp) for i in range(cfg.micro_batches)
+                  for r in range(*t3d.micro_slice(cfg, j, i).indices(10**6)))
+    assert rows == list(range(cfg.dp * cfg.micro_batches * cfg.micro_batch))
