@@ -15,6 +15,7 @@ caller can fall back to a closed form and say so.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -271,7 +272,7 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
             regs[key] = job(key)
             if progress:
                 progress(f"fitted {key} ({i}/{len(keys)})")
-    meta = {"random_state": random_state, "versions": library_versions(),
+    meta = {"random_state": random_state, "versions": library_versions(), "features": features_fingerprint(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "fit_seconds": round(time.perf_counter() - t0, 3),
             **(manifest or {})}
     return FittedProfile(name, regs, meta)
@@ -295,6 +296,15 @@ def shipped_profiles() -> list[str]:
     return sorted(p.name for p in SHIPPED_DIR.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
 
 
+def features_fingerprint() -> str:
+    """Changes whenever the Table I feature definitions do, so a cached profile is refitted."""
+    from operators import ops
+
+    code = ops.features.__code__
+    blob = repr(sorted((k.value, v) for k, v in ops.FEATURE_NAMES.items())) + code.co_code.hex() + repr(code.co_consts)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
 def _cache_valid(path: Path, hash_: str, random_state: int) -> bool:
     try:
         m = json.loads((path / MANIFEST_FILE).read_text())
@@ -302,7 +312,7 @@ def _cache_valid(path: Path, hash_: str, random_state: int) -> bool:
         return False
     return (m.get("format") == FORMAT_VERSION and m.get("data_hash") == hash_
             and m.get("random_state") == random_state and m.get("versions") == library_versions()
-            and (path / ARRAYS_FILE).exists())
+            and m.get("features") == features_fingerprint() and (path / ARRAYS_FILE).exists())
 
 
 def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress: Progress,

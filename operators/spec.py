@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from operators.errors import ConfigError, require_int, require_positive
+from operators.errors import ConfigError, require_int
 
 
 class Precision(str, Enum):
@@ -35,6 +35,18 @@ class Attention(str, Enum):
     FUSED_SOFTMAX = "fused_softmax"  # QK^T (baddbmm), scaled upper-triangular softmax, .V (bmm)
     SOFTMAX = "softmax"  # QK^T, fill-mask, softmax, .V
     FLASH = "flash"  # one flash-attention kernel
+
+
+class Framework(str, Enum):
+    """How the training step is implemented, which decides the operator decomposition.
+
+    ``megatron``: the paper's Megatron/DeepSpeed kernels on half-precision weights.
+    ``hf``: Hugging Face GPT-NeoX with fp32 weights under ``torch.autocast`` (casts,
+    fp32 residual stream and loss, fp32 gradient accumulation, fused AdamW); one GPU.
+    """
+
+    MEGATRON = "megatron"
+    HF = "hf"
 
 
 class Schedule(str, Enum):
@@ -99,6 +111,7 @@ class TrainingSpec:
     zero_stage: int = 1
     # DP gradient all-reduce / ZeRO all-gather bucket, in entries (the reference's comm_bucket)
     dp_bucket: int = 1_260_000_000
+    framework: Framework = Framework.MEGATRON
 
     def __post_init__(self) -> None:
         require_int("training.micro_batch", self.micro_batch)
@@ -108,6 +121,7 @@ class TrainingSpec:
             raise ConfigError("training.zero_stage", f"supported ZeRO stages are 0 and 1, got {self.zero_stage!r}")
         object.__setattr__(self, "precision", parse_enum(Precision, "training.precision", self.precision))
         object.__setattr__(self, "recompute", parse_enum(Recompute, "training.recompute", self.recompute))
+        object.__setattr__(self, "framework", parse_enum(Framework, "training.framework", self.framework))
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from operators.ops import Direction, Op, OpKind, bytes_moved, flops
+from operators.errors import ConfigError
+from operators.ops import Direction, Op, OpKind, bytes_moved, flops, hf_params
 from operators.partition import StageRole, padded_vocab, partition_encoders, stage_params, stage_role
-from operators.spec import Attention, ModelSpec, Norm, Parallelism, Recompute, TrainingSpec, check_model_fits
+from operators.spec import (
+    Attention,
+    Framework,
+    ModelSpec,
+    Norm,
+    Parallelism,
+    Recompute,
+    TrainingSpec,
+    check_model_fits,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +49,10 @@ class StagePlan:
     p2p_entries: int  # b*l*d/mp activations sent to the next stage (0 when pp == 1)
     params: int  # parameters held by one MP rank (Table III)
     optimizer: Op
+    # framework "hf": fp32 gradient accumulation, run ``grad_accum_count`` (= m - 1) times per
+    # update (the first micro-batch's gradients are assigned, not added). Direction "update".
+    grad_accum: Op | None = None
+    grad_accum_count: int = 0
 
     def distinct_ops(self) -> set[Op]:
         return {oc.op for oc in (*self.forward, *self.backward, *self.recompute)}
@@ -101,9 +115,63 @@ _OPTIMIZER_KIND = {
 }
 
 
+def hf_encoder_ops(model: ModelSpec, b: int) -> list[Op]:
+    """One Hugging Face GPTNeoXLayer (parallel residual) in execution order, on one GPU."""
+    d, h, l, f = model.hidden, model.heads, model.seq_len, model.ffn
+
+    def op(kind: OpKind) -> Op:
+        return Op(kind, b=b, l=l, d=d, h=h, f=f if f != 4 * d else 0)
+
+    norm = op(OpKind.HF_LAYERNORM)
+    return [norm, op(OpKind.HF_QKV), op(OpKind.HF_ATTENTION), op(OpKind.HF_DENSE),
+            norm, op(OpKind.HF_MLP_UP), op(OpKind.GELU), op(OpKind.HF_MLP_DOWN), op(OpKind.HF_RESIDUAL)]
+
+
+def hf_recompute_ops(model: ModelSpec, b: int) -> list[Op]:
+    """What the backward re-runs of one checkpointed GPTNeoXLayer.
+
+    ``torch.utils.checkpoint`` (non-reentrant, as transformers calls it) stops the
+    recompute as soon as the last tensor the backward needs has been saved again: the
+    inputs of dense_4h_to_h are saved before its GEMM runs, so the recompute casts that
+    weight but runs neither the GEMM nor the residual add (measured: validation/probe_recompute.py).
+    """
+    d, f = model.hidden, model.ffn
+    *head, _down, _residual = hf_encoder_ops(model, b)
+    return [*head, Op(OpKind.HF_WEIGHT_CAST, d=d, f=f if f != 4 * d else 0)]
+
+
+def _build_hf_plan(model: ModelSpec, training: TrainingSpec, par: Parallelism) -> tuple[StagePlan, ...]:
+    """framework "hf": the whole model on one GPU per data-parallel replica."""
+    if par.pp != 1 or par.mp != 1:
+        raise ConfigError("training.framework", "the hf framework models one GPU per replica: "
+                          f"needs parallelism.pp = mp = 1, got pp={par.pp}, mp={par.mp}")
+    b, d, l, n = training.micro_batch, model.hidden, model.seq_len, model.layers
+    f = model.ffn if model.ffn != 4 * d else 0
+    v = padded_vocab(model.vocab, 1)
+    head = [Op(OpKind.HF_EMBEDDING, b=b, l=l, d=d, v=v)]
+    tail = [Op(OpKind.HF_LAYERNORM, b=b, l=l, d=d, h=model.heads), Op(OpKind.HF_LM_HEAD, b=b, l=l, d=d, v=v),
+            Op(OpKind.HF_LOSS, b=b, l=l, d=d, v=v)]
+    enc = hf_encoder_ops(model, b)
+    forward = _merge(_counted(head, 1), _counted(enc, n), _counted(tail, 1))
+    full = training.recompute is Recompute.FULL
+    recompute = _merge(_counted(hf_recompute_ops(model, b), n)) if full else ()
+    role = stage_role(0, 1)
+    update = dict(d=d, v=v, f=f, layers=n)
+    return (StagePlan(
+        index=0, role=role, encoders=n, forward=forward, backward=forward, recompute=recompute,
+        mp_allreduces_fwd=0, mp_allreduces_bwd=0, mp_allreduce_entries=b * l * d, p2p_entries=0,
+        params=hf_params(Op(OpKind.HF_OPTIMIZER, **update)),
+        optimizer=Op(OpKind.HF_OPTIMIZER, **update),
+        grad_accum=Op(OpKind.HF_GRAD_ACCUM, **update),
+        grad_accum_count=training.micro_batches - 1,
+    ),)
+
+
 def build_stage_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism) -> tuple[StagePlan, ...]:
     """Every pipeline stage's plan. Validates that the model fits the layout."""
     check_model_fits(model, par)
+    if training.framework is Framework.HF:
+        return _build_hf_plan(model, training, par)
     b, mp = training.micro_batch, par.mp
     d, l = model.hidden, model.seq_len
     v = padded_vocab(model.vocab, mp)

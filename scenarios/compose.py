@@ -116,5 +116,13 @@ def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: st
         warnings.simplefilter("always")
         model = duration_model(scenario, reference_data, cache_dir)
         costs = build_costs(plans, scenario.training, scenario.parallelism, scenario.cluster, model)
-    msgs = tuple(dict.fromkeys(str(w.message) for w in caught))
+    from calibration.samples import DataQuirkWarning
+
+    quirks = [w for w in caught if issubclass(w.category, DataQuirkWarning)]
+    msgs = [str(w.message) for w in caught if not issubclass(w.category, DataQuirkWarning)]
+    if quirks:  # found once, when the profile is fitted; listed by `trainsim profile show`
+        name = scenario.profile.name
+        msgs.append(f"profile {name}: {len(quirks)} data quirks in its samples, kept as measured "
+                    f"(`trainsim profile show {name}` lists them)")
+    msgs = tuple(dict.fromkeys(msgs))
     return Prediction(scenario, plans, costs, eq7(costs), getattr(model, "name", scenario.profile.name), msgs)

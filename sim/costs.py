@@ -45,6 +45,9 @@ class StageCost:
     p2p_bytes: float = 0.0  # one activation (or gradient) message between stages
     dp_bucket_bytes: tuple[float, ...] = ()  # per gradient bucket, per-rank buffer
     dp_allgather_bytes: float = 0.0  # ZeRO-1 per-rank shard
+    # Gradient accumulation kernels per update (framework "hf": fp32 adds of m - 1 micro-batches'
+    # gradients); Megatron/DeepSpeed accumulate inside the backward GEMMs, so 0 there.
+    grad_accum_s: float = 0.0
 
     @property
     def fwd_s(self) -> float:
@@ -61,7 +64,7 @@ class StageCost:
 
     @property
     def update_s(self) -> float:
-        return self.optimizer_s + self.dp_allgather_s
+        return self.optimizer_s + self.grad_accum_s + self.dp_allgather_s
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,8 @@ def build_costs(
     ops = sorted({o for p in plans for o in p.distinct_ops()}, key=repr)
     fwd = _op_table(model, ops, Direction.FWD)
     bwd = _op_table(model, ops, Direction.BWD)
-    upd = _op_table(model, [p.optimizer for p in plans], Direction.UPDATE)
+    upd = _op_table(model, [p.optimizer for p in plans] + [p.grad_accum for p in plans if p.grad_accum],
+                    Direction.UPDATE)
 
     mp_span = placement.mp_span()
     dp_span = placement.dp_span()
@@ -176,6 +180,7 @@ def build_costs(
             p2p_bytes=float(2 * p.p2p_entries),
             dp_bucket_bytes=tuple(float(c.bytes) for c in dp_ar[s]),
             dp_allgather_bytes=float(sum(c.bytes for c in dp_ag[s])),
+            grad_accum_s=p.grad_accum_count * upd[p.grad_accum] if p.grad_accum is not None else 0.0,
         ))
     return IterationCosts(
         stages=tuple(stages), micro_batches=training.micro_batches, parallelism=par,

@@ -28,8 +28,9 @@ def show(profile, as_json: bool) -> None:
     from scenarios.commands.common import print_json
 
     rows = profile.selection_report()
+    quirks = list(getattr(profile, "quirks", []) or [])
     if as_json:
-        print_json({"profile": profile.name, "regressors": rows})
+        print_json({"profile": profile.name, "regressors": rows, "quirks": quirks})
         return
     print(f"profile {profile.name}: {len(rows)} regressors")
     if rows:
@@ -37,6 +38,10 @@ def show(profile, as_json: bool) -> None:
         print("  ".join(f"{k:>14}" for k in keys) + "  params")
         for r in rows:
             print("  ".join(f"{_fmt(r[k]):>14}" for k in keys) + "  " + _fmt(r.get("params", "")))
+    if quirks:
+        print(f"\n{len(quirks)} data quirks found in the samples (kept as measured):")
+        for q in quirks:
+            print(f"  {q}")
 
 
 def _fmt(v: object) -> str:

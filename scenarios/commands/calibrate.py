@@ -1,0 +1,91 @@
+"""``trainsim calibrate``: measure operator samples on this machine's GPU (or CPU).
+
+Writes a sample directory (compute.csv + meta.json, the schema of
+:mod:`calibration.samples`) that ``profile.name: <DIR>`` or a shipped profile can
+use. Each sample is appended as soon as it is measured, so an interrupted run
+resumes where it stopped when started again with the same ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+from operators import ConfigError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("calibrate", help="micro-benchmark the operators on this GPU into a sample directory")
+    p.add_argument("--out", required=True, metavar="DIR", help="sample directory to create or resume")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--precision", choices=("bf16", "fp16"), default="bf16")
+    p.add_argument("--budget", type=int, default=None, metavar="N", help="at most N (operator, direction) samples")
+    p.add_argument("--time-budget", type=float, default=None, metavar="S",
+                   help="stop starting new samples after S seconds (resume later)")
+    p.add_argument("--ops", default=None, metavar="KINDS",
+                   help="comma-separated operator kinds, or hf / megatron / all (default all)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the Sobol plan and of the random inputs")
+    p.add_argument("--configs", default=None, metavar="CSV",
+                   help="also measure the exact operators of these configurations first "
+                        "(columns name,hidden,heads,layers,seq_len,micro_batch,micro_batches,recompute; "
+                        "e.g. validation/configs.csv)")
+    p.add_argument("--points", type=int, default=None, metavar="N", help="Sobol points when no --budget (256)")
+    p.add_argument("--max-gib", type=float, default=24.0, help="skip shapes estimated to need more memory")
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--iters", type=int, default=10)
+    p.set_defaults(func=run)
+
+
+def read_configs(path: str, vocab: int = 50432) -> list:
+    """Validation-style configurations as (ModelSpec, TrainingSpec(framework=hf), Parallelism())."""
+    from operators import ModelSpec, Parallelism, TrainingSpec
+
+    try:
+        fh = open(path, newline="")
+    except OSError as e:
+        raise ConfigError("--configs", f"cannot read {path}: {e.strerror}") from None
+    out = []
+    with fh:
+        for i, row in enumerate(csv.DictReader(fh), start=2):
+            try:
+                model = ModelSpec(row["name"], hidden=int(row["hidden"]), heads=int(row["heads"]),
+                                  layers=int(row["layers"]), seq_len=int(row["seq_len"]), vocab=vocab)
+                training = TrainingSpec(micro_batch=int(row["micro_batch"]), micro_batches=int(row["micro_batches"]),
+                                        precision="bf16", recompute=row["recompute"], framework="hf")
+            except (KeyError, ValueError) as e:
+                raise ConfigError(f"{path}:{i}", f"bad configuration row: {e}") from None
+            out.append((model, training, Parallelism()))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from calibration.sampling import config_ops, parse_kinds, sampling_plan
+
+    for name in ("budget", "points", "warmup", "iters"):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name == "warmup" else 1):
+            raise ConfigError(f"--{name}", f"must be positive, got {value}")
+    if args.time_budget is not None and not args.time_budget > 0:
+        raise ConfigError("--time-budget", f"must be a positive number of seconds, got {args.time_budget}")
+    kinds = parse_kinds(args.ops)
+    include = config_ops(read_configs(args.configs)) if args.configs else []
+    plan = sampling_plan(kinds, budget=args.budget, seed=args.seed, include=include,
+                         max_bytes=args.max_gib * 2**30, points=args.points)
+
+    from calibration.harness import TorchUnavailable, make_env, run_plan
+
+    try:
+        env = make_env(args.device, args.precision, args.seed)
+    except TorchUnavailable as e:
+        print(f"trainsim: error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out", f"{out} exists and is not a directory")
+    stats = run_plan(plan, out, env, args.precision, time_budget_s=args.time_budget, warmup=args.warmup,
+                     iters=args.iters, extra_meta={"seed": args.seed, "plan_rows": len(plan)})
+    print(f"{out}: {stats['measured']} measured, {stats['skipped']} already there, "
+          f"{stats['failed']} out of memory, {stats['remaining']} left for a later run")
+    return 0

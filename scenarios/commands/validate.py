@@ -1,0 +1,133 @@
+"""``trainsim validate``: predicted against measured H100 training (time and memory).
+
+Each row of the measured table (validation/measured_h100.csv, written by
+validation/train_gptneox.py on the GPU) is predicted through the bundled scenario
+``gptneox-h100`` with that row's shape set by overrides, exactly as
+``trainsim predict gptneox-h100 --set ...`` would. Prints the error per configuration
+and the mean absolute percentage error; writes nothing unless ``--out`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+from operators import ConfigError
+
+DEFAULT_MEASURED = Path(__file__).resolve().parents[2] / "validation" / "measured_h100.csv"
+SHAPE_KEYS = {"hidden": "model.hidden", "heads": "model.heads", "layers": "model.layers",
+              "seq_len": "model.seq_len", "vocab": "model.vocab", "micro_batch": "training.micro_batch",
+              "micro_batches": "training.micro_batches", "recompute": "training.recompute"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("validate", help="predicted vs measured iteration time and memory (H100 validation)")
+    p.add_argument("--measured", default=str(DEFAULT_MEASURED), metavar="CSV",
+                   help="measured table (default validation/measured_h100.csv)")
+    p.add_argument("--scenario", default="gptneox-h100", help="scenario each row is predicted with")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="extra override for every row, e.g. --set profile.name=DIR (a held-out sample dir)")
+    p.add_argument("--cache-dir", default=None, metavar="DIR", help="where fitted profiles are cached")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--out", default=None, metavar="FILE", help="also write the report (Markdown, or JSON if .json)")
+    p.set_defaults(func=run)
+
+
+def read_measured(path: str) -> list[dict[str, str]]:
+    try:
+        fh = open(path, newline="")
+    except OSError as e:
+        raise ConfigError("--measured", f"cannot read {path}: {e.strerror}") from None
+    with fh:
+        rows = list(csv.DictReader(fh))
+    need = {"name", "iteration_s", "max_memory_allocated_bytes", *SHAPE_KEYS} - {"vocab"}
+    if not rows:
+        raise ConfigError("--measured", f"{path} holds no rows")
+    missing = need - set(rows[0])
+    if missing:
+        raise ConfigError("--measured", f"{path} lacks columns {', '.join(sorted(missing))}")
+    return rows
+
+
+def predict_row(row: dict[str, str], scenario: str, extra: list[str], cache_dir: str | None) -> dict:
+    from operators.memory import memory_per_gpu
+    from scenarios.compose import predict
+    from scenarios.schema import load_scenario
+
+    overrides = [f"{key}={row[col]}" for col, key in SHAPE_KEYS.items() if row.get(col)] + list(extra)
+    sc = load_scenario(scenario, overrides)
+    pred = predict(sc, cache_dir=cache_dir)
+    iteration = pred.eq7.iteration_s
+    cost = pred.costs.stages[0]
+    accum = cost.grad_accum_s  # included in Eq. 7's update term
+    mem = memory_per_gpu(sc.model, sc.training, sc.parallelism, pred.plans)
+    measured_s = float(row["iteration_s"])
+    measured_gib = int(float(row["max_memory_allocated_bytes"])) / 2**30
+    return {
+        "name": row["name"], "hidden": int(row["hidden"]), "heads": int(row["heads"]), "layers": int(row["layers"]),
+        "seq_len": int(row["seq_len"]), "micro_batch": int(row["micro_batch"]),
+        "micro_batches": int(row["micro_batches"]), "recompute": row["recompute"],
+        "predicted_s": iteration, "measured_s": measured_s, "time_error_pct": 100.0 * (iteration / measured_s - 1),
+        "predicted_gib": mem.total_gib, "measured_gib": measured_gib,
+        "memory_error_pct": 100.0 * (mem.total_gib / measured_gib - 1),
+        "fwd_s": cost.fwd_s, "bwd_s": cost.bwd_s, "recompute_s": cost.recompute_s, "optimizer_s": cost.optimizer_s,
+        "grad_accum_s": accum, "profile": pred.profile_name,
+    }
+
+
+def summarize(results: list[dict]) -> dict:
+    n = len(results)
+    return {
+        "configurations": n,
+        "time_mape_pct": sum(abs(r["time_error_pct"]) for r in results) / n,
+        "time_max_abs_error_pct": max(abs(r["time_error_pct"]) for r in results),
+        "memory_mape_pct": sum(abs(r["memory_error_pct"]) for r in results) / n,
+        "memory_max_abs_error_pct": max(abs(r["memory_error_pct"]) for r in results),
+    }
+
+
+def render(results: list[dict], summary: dict) -> str:
+    lines = ["| config | d | h | L | seq | b | m | recompute | predicted s | measured s | error | "
+             "predicted GiB | measured GiB | error |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        lines.append(
+            f"| {r['name']} | {r['hidden']} | {r['heads']} | {r['layers']} | {r['seq_len']} | {r['micro_batch']} | "
+            f"{r['micro_batches']} | {r['recompute']} | {r['predicted_s']:.4f} | {r['measured_s']:.4f} | "
+            f"{r['time_error_pct']:+.1f}% | {r['predicted_gib']:.2f} | {r['measured_gib']:.2f} | "
+            f"{r['memory_error_pct']:+.1f}% |")
+    lines.append("")
+    lines.append(f"Iteration time: MAPE {summary['time_mape_pct']:.2f}% (max {summary['time_max_abs_error_pct']:.1f}%) "
+                 f"over {summary['configurations']} configurations. Peak memory: mean abs error "
+                 f"{summary['memory_mape_pct']:.2f}% (max {summary['memory_max_abs_error_pct']:.1f}%).")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    import warnings
+
+    rows = read_measured(args.measured)
+    if args.out is not None:
+        from scenarios.commands.common import check_writable
+
+        check_writable(args.out, "--out")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # profile data quirks are reported by `trainsim profile`
+        results = [predict_row(r, args.scenario, args.overrides, args.cache_dir) for r in rows]
+    summary = summarize(results)
+    text = json.dumps({"summary": summary, "configurations": results}, indent=2) if args.json \
+        else render(results, summary)
+    print(text)
+    if args.out is not None:
+        out = Path(args.out)
+        body = json.dumps({"summary": summary, "configurations": results}, indent=2) if out.suffix == ".json" \
+            else render(results, summary)
+        try:
+            out.write_text(body + "\n")
+        except OSError as e:
+            print(f"trainsim: error: cannot write {out}: {e.strerror}", file=sys.stderr)
+            return 2
+    return 0

@@ -1,0 +1,82 @@
+"""Peak-memory estimate per GPU (operators.memory), against hand-computed values."""
+
+from __future__ import annotations
+
+import pytest
+
+from operators import ModelSpec, Parallelism, TrainingSpec, build_stage_plans
+from operators.memory import GIB, memory_per_gpu
+
+TINY = ModelSpec("tiny", hidden=64, heads=4, layers=2, seq_len=32, vocab=256, attention="flash")
+
+
+def _hf(recompute: str, m: int = 2):
+    tr = TrainingSpec(micro_batch=2, micro_batches=m, recompute=recompute, framework="hf", precision="bf16")
+    par = Parallelism()
+    return memory_per_gpu(TINY, tr, par, build_stage_plans(TINY, tr, par))
+
+
+def test_hf_without_recompute_by_hand():
+    e = _hf("none")
+    # parameters: per layer 2 norms (256) + qkv 3*64*65 + dense 64*65 + up 256*65 + down 64*257 = 49984;
+    # two layers, untied embed_in / embed_out 2*256*64, final norm 128 -> 132864
+    # linear (autocast-cast) parameters: 2 * 49728 + 256*64 = 115840
+    assert e.weights == 4 * 132864 + 2 * 115840
+    assert e.grads == 4 * 132864
+    assert e.optimizer == 8 * 132864
+    # u = b*l*d = 4096: 2 layers * 39 bytes * u, plus 12 bytes per logit (2*32*256)
+    assert e.activations == 2 * 39 * 4096 + 12 * 2 * 32 * 256
+    assert e.total == 763136 + 531456 + 1062912 + 516096
+    assert e.total_gib == pytest.approx(2873600 / GIB)
+
+
+def test_hf_recompute_keeps_fp32_layer_inputs_and_one_peak():
+    e = _hf("full")
+    # 2 layers * 4 bytes * u kept, plus max(loss 196608, one layer 47 * 4096 = 192512)
+    assert e.activations == 2 * 4 * 4096 + 196608
+    assert e.not_together == 0
+
+
+def test_hf_single_micro_batch_gradients_do_not_meet_the_activations():
+    e = _hf("none", m=1)
+    assert e.not_together == min(e.grads, e.activations) == 516096
+    assert e.total == e.weights + e.optimizer + max(e.grads, e.activations)
+
+
+def test_megatron_korthikanti_with_1f1b_in_flight():
+    model = ModelSpec("m", hidden=64, heads=4, layers=4, seq_len=32, vocab=256, attention="fused_softmax")
+    par = Parallelism(pp=2, mp=2, dp=2)
+    for recompute in ("none", "full"):
+        tr = TrainingSpec(micro_batch=2, micro_batches=4, recompute=recompute, zero_stage=1)
+        plans = build_stage_plans(model, tr, par)
+        e = memory_per_gpu(model, tr, par, plans)
+        # s*b*h*(10 + 24/t + 5*a*s/(h*t)) = 32*2*64*(10 + 12 + 5) = 110592 bytes per layer
+        layer, ckpt = 110592, 2 * 32 * 2 * 64
+        expected = []
+        for p in plans:
+            in_flight = 2 - p.index  # 1F1B: stage s holds pp - s micro-batches
+            acts = in_flight * p.encoders * (layer if recompute == "none" else ckpt)
+            acts += layer if recompute == "full" and p.encoders else 0
+            acts += 12 * 2 * 32 * 256 / 2 if p.index == 1 else 0  # logits of the last stage, v/mp
+            expected.append(2 * p.params + 2 * p.params + 12 * p.params / 2 + acts)
+        assert e.total == pytest.approx(max(expected))
+        assert e.stage == expected.index(max(expected))
+
+
+def test_megatron_flash_attention_drops_the_score_term_and_zero0_keeps_all_states():
+    model = ModelSpec("m", hidden=64, heads=4, layers=2, seq_len=32, vocab=256, attention="flash")
+    tr = TrainingSpec(micro_batch=2, micro_batches=1, recompute="none", zero_stage=0)
+    par = Parallelism(dp=4)
+    plans = build_stage_plans(model, tr, par)
+    e = memory_per_gpu(model, tr, par, plans)
+    assert e.optimizer == 12 * plans[0].params
+    assert e.activations == 2 * 32 * 2 * 64 * (10 + 24) + 12 * 2 * 32 * 256
+
+
+def test_one_stage_plan_or_all_of_them():
+    model = ModelSpec("m", hidden=64, heads=4, layers=4, seq_len=32, vocab=256)
+    tr, par = TrainingSpec(micro_batch=2, micro_batches=4), Parallelism(pp=2)
+    plans = build_stage_plans(model, tr, par)
+    per_stage = [memory_per_gpu(model, tr, par, p) for p in plans]
+    assert [e.stage for e in per_stage] == [0, 1]
+    assert memory_per_gpu(model, tr, par, plans).total == max(e.total for e in per_stage)
