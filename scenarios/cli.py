@@ -16,7 +16,10 @@ from collections.abc import Sequence
 
 from operators import ConfigError
 
-COMMANDS = ("predict", "run", "compare", "jitter", "scenarios", "fit", "profile", "calibrate", "validate")
+COMMANDS = ("predict", "run", "compare", "jitter", "scenarios", "fit", "profile", "calibrate", "calibrate_collectives",
+            "validate")
+#: two-word commands, spelled with a hyphen inside the parser
+ALIASES = {("calibrate", "collectives"): "calibrate-collectives"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,8 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if tuple(argv[:2]) in ALIASES:
+        argv = [ALIASES[tuple(argv[:2])], *argv[2:]]
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.raw_argv = argv[1:]
     try:
         return int(args.func(args) or 0)
     except ConfigError as e:

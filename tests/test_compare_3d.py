@@ -1,20 +1,13 @@
-"""validation/compare_3d.py on a synthetic measured CSV (no 3D measurements exist yet), roofline profile."""
+"""scenarios/compare_3d.py on a synthetic measured CSV (no 3D measurements exist yet), roofline profile."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 from operators.errors import ConfigError
-
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("compare_3d", ROOT / "validation" / "compare_3d.py")
-c3d = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("compare_3d", c3d)
-_spec.loader.exec_module(c3d)
+from scenarios import compare_3d as c3d
 
 HEADER = ("layout,pp,mp,dp,hidden,heads,layers,seq,micro_batch,micro_batches,recompute,min_s,median_s,"
           "max_mem_gib,device,torch,vocab\n")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import sys
 from pathlib import Path
 
 from operators import ConfigError
@@ -33,6 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-dir", default=None, metavar="DIR", help="where fitted profiles are cached")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", default=None, metavar="FILE", help="also write the report (Markdown, or JSON if .json)")
+    p.add_argument("--measured-3d", default=None, metavar="CSV",
+                   help="instead: 3D-parallel runs of validation/train_3d.py, predicted by Eq. 7 and the simulation")
+    p.add_argument("--profile-3d", default="h200-sxm-bf16", metavar="NAME", help="profile for --measured-3d")
+    p.add_argument("--host-gpus", type=int, default=None, help="GPUs of the host that measured --measured-3d")
     p.set_defaults(func=run)
 
 
@@ -106,9 +109,23 @@ def render(results: list[dict], summary: dict) -> str:
     return "\n".join(lines)
 
 
+def run_3d(args: argparse.Namespace) -> int:
+    from scenarios import compare_3d
+    from scenarios.commands.common import print_json
+
+    table = compare_3d.rows(args.measured_3d, args.profile_3d, args.host_gpus)
+    if args.json:
+        print_json({"layouts": table})
+    else:
+        print(compare_3d.render(table))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     import warnings
 
+    if args.measured_3d:
+        return run_3d(args)
     rows = read_measured(args.measured)
     if args.out is not None:
         from scenarios.commands.common import check_writable
@@ -125,9 +142,7 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out)
         body = json.dumps({"summary": summary, "configurations": results}, indent=2) if out.suffix == ".json" \
             else render(results, summary)
-        try:
-            out.write_text(body + "\n")
-        except OSError as e:
-            print(f"trainsim: error: cannot write {out}: {e.strerror}", file=sys.stderr)
-            return 2
+        from scenarios.commands.common import write_atomic
+
+        write_atomic(out, lambda tmp: Path(tmp).write_text(body + "\n"))
     return 0

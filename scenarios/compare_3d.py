@@ -15,23 +15,18 @@ each layout, builds the scenario that describes that run:
 
 and returns the closed form (:func:`scenarios.compose.predict`), the simulation
 (:func:`scenarios.commands.run.simulate_scenario`) and the measured minimum with the
-relative errors. ``python validation/compare_3d.py [CSV] --profile NAME`` prints the table.
+relative errors. ``trainsim validate --measured-3d CSV --profile-3d NAME`` prints the table.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import os
-import sys
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from operators.errors import ConfigError
 
-from operators.errors import ConfigError  # noqa: E402
-
-DEFAULT_CSV = Path(__file__).with_name("measured_3d.csv")
+DEFAULT_CSV = Path(__file__).resolve().parents[1] / "validation" / "measured_3d.csv"
 _INT_COLUMNS = ("pp", "mp", "dp", "hidden", "heads", "layers", "seq", "micro_batch", "micro_batches")
 
 
@@ -125,22 +120,3 @@ def render(table: list[dict]) -> str:
         lines.append(f"{r['layout']:16} {r['measured_s']:10.4f} {r['closed_form_s']:12.4f} "
                      f"{r['closed_form_err_pct']:+7.1f} {r['simulated_s']:10.4f} {r['simulated_err_pct']:+7.1f}")
     return "\n".join(lines)
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("csv", nargs="?", default=str(DEFAULT_CSV))
-    p.add_argument("--profile", default="h200-sxm-bf16", help="profile name (roofline, a sample dir, ...)")
-    p.add_argument("--host-gpus", type=int, default=None, help="GPUs of the measuring host")
-    p.add_argument("--reference-data", default=None)
-    args = p.parse_args(argv)
-    try:
-        print(render(rows(args.csv, args.profile, args.host_gpus, args.reference_data)))
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
