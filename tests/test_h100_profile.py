@@ -8,19 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from _support import BLOCK_TORCH
 
 from operators import ConfigError, ModelSpec, Parallelism, TrainingSpec, build_stage_plans
 from operators.ops import OpKind
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCK_TORCH = (
-    "import sys, importlib.abc\n"
-    "class _NoTorch(importlib.abc.MetaPathFinder):\n"
-    "    def find_spec(self, name, path=None, target=None):\n"
-    "        if name == 'torch' or name.startswith('torch.'):\n"
-    "            raise ImportError('torch blocked by the test')\n"
-    "sys.meta_path.insert(0, _NoTorch())\n"
-)
 MODEL = ModelSpec("neox", hidden=256, heads=4, layers=3, seq_len=128, vocab=50432, attention="flash")
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _support import BLOCK_TORCH
 
 from calibration.harness import robust_mean
 from calibration.samples import read_compute, read_meta
@@ -126,16 +127,6 @@ def test_calibrate_asking_for_cuda_without_cuda_exits_2(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
-BLOCK_TORCH = (
-    "import sys, importlib.abc\n"
-    "class _NoTorch(importlib.abc.MetaPathFinder):\n"
-    "    def find_spec(self, name, path=None, target=None):\n"
-    "        if name == 'torch' or name.startswith('torch.'):\n"
-    "            raise ImportError('torch blocked by the test')\n"
-    "sys.meta_path.insert(0, _NoTorch())\n"
-    "for _m in [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]:\n"
-    "    del sys.modules[_m]\n"
-)
 
 
 def test_calibrate_without_torch_exits_2(tmp_path):
