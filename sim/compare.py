@@ -7,16 +7,16 @@ attribution sums to ``sim_s - eq7_s`` exactly (up to float rounding):
 =====================  ==============================================================
 ``residual``           ideal simulation - Eq. 7 (float rounding only; ~1e-15 relative)
 ``unequal_stages``     each stage's own forward/backward time instead of the maximum
-``exposed_p2p``        P2P as a blocking transfer instead of sender compute (uncontended)
+``exposed_p2p``        P2P as a blocking rendezvous transfer instead of sender compute (uncontended)
 ``exposed_dp_allreduce``  bucketed DP all-reduce as a collective of all replicas (overlapping
                        the last backward with ``overlap_dp``) instead of Eq. 7's tail
 ``link_contention``    transfers share links (max-min fair) instead of running alone
 =====================  ==============================================================
 
 The order matters (effects interact); it follows the order the design lists them in.
-Without link contention a blocking P2P send costs the sender exactly what Eq. 7 charges
-it, so ``exposed_p2p`` is zero unless jitter or a later model change makes it otherwise;
-P2P traffic that collides with other traffic is counted under ``link_contention``.
+``exposed_p2p`` is what the rendezvous adds: a sender waiting for its receiver to post the
+matching receive. P2P traffic that collides with other traffic is counted under
+``link_contention``.
 """
 
 from __future__ import annotations

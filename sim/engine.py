@@ -17,7 +17,10 @@ Modes (see :class:`SimOptions`; ``compare`` switches the effects on one at a tim
 * **realistic** — each stage's own compute times; the MP all-reduces of one forward or
   backward step are merged into one transfer (their summed duration; the per-sync rate is
   the same, so contention is unchanged apart from when within the step it happens) over the
-  MP group's links; the P2P send is a blocking transfer (the receiver waits for arrival);
+  MP group's links; the P2P send is a blocking rendezvous transfer, as NCCL send/recv in
+  Megatron's 1F1B: it starts once the receiver has posted the matching receive (batched
+  with the receiver's own send when the step kind changes, after it in warm-up and drain),
+  and the receiver waits for arrival;
   the DP gradient all-reduce is bucketed: every bucket is ready when the stage's last
   backward ends (DeepSpeed's pipeline engine, which GPT-NeoX and the paper use), or, with
   ``overlap_dp`` (Megatron-LM's overlap_grad_reduce), bucket k after (k+1)/n of it; buckets
@@ -360,6 +363,7 @@ class _Simulation:
         par = costs.parallelism
         self.pp, self.dp, self.chunks = costs.pp, par.dp, chunks
         self.mailbox: dict[tuple, simpy.Event] = {}
+        self.posted: dict[tuple, simpy.Event] = {}  # receives posted, for the P2P rendezvous
         n = self.pp * self.dp
         self.tallies: dict[tuple[int, int], _Tally] = {}
         self.drained = _Rendezvous(env, n)
@@ -428,6 +432,20 @@ class _Simulation:
             ev = self.mailbox[key] = self.env.event()
         return ev
 
+    def _post(self, key: tuple) -> None:
+        """The receiver of message ``key`` has posted its receive."""
+        ev = self.posted.get(key)
+        if ev is None:
+            ev = self.posted[key] = self.env.event()
+        if not ev.triggered:
+            ev.succeed()
+
+    def _posted(self, key: tuple) -> simpy.Event:
+        ev = self.posted.get(key)
+        if ev is None:
+            ev = self.posted[key] = self.env.event()
+        return ev
+
     def _comm(self, base_s: float, rates: dict[str, float] | None, kind: str, tier_key) -> simpy.Event:
         if self.perturb is not None:
             tier = self.routes.tier.get(tier_key, "nic") if self.routes else "nic"
@@ -454,11 +472,16 @@ class _Simulation:
         bucketed = opts.bucketed_dp and self.dp > 1 and bool(self.costs.stages[s].dp_bucket_s)
         n_buckets = len(self.costs.stages[s].dp_bucket_s) if bucketed else 0
         last = len(steps) - 1
+        # The rendezvous follows Megatron's non-interleaved 1F1B (and GPipe) call order. Its
+        # interleaved schedule exchanges in lock-step at every step; there sends stay eager.
+        rendezvous = opts.p2p_transfers and self.chunks == 1
         compute = mp_t = pp_t = 0.0
         for i, step in enumerate(steps):
             kind, micro, chunk = step.kind, step.micro, step.chunk
             sc = table[kind, chunk]
             if sc.needs_input:
+                if rendezvous:
+                    self._post((s, r, kind, micro, chunk))
                 yield self._mail((s, r, kind, micro, chunk))
             t0 = env.now
             # With overlap, the last backward readies gradient bucket k after (k+1)/n of its work;
@@ -480,8 +503,24 @@ class _Simulation:
                     for k in range(piece, n_buckets if split == 1 else piece + 1):
                         self.bucket_ready[s, k].arrive()
                 t0 = env.now
+            if rendezvous and i < last:
+                # Megatron batches a send with the receive of the next step when the kind
+                # changes (send_forward_recv_backward, send_backward_recv_forward): that
+                # receive is posted before the send starts. In warm-up (F, F) and drain (B, B)
+                # the calls are sequential: the receive is posted only after the send.
+                nxt = steps[i + 1]
+                if nxt.kind != kind and table[nxt.kind, nxt.chunk].needs_input:
+                    self._post((s, r, nxt.kind, nxt.micro, nxt.chunk))
             if sc.dest is not None:
                 ds, dc = sc.dest
+                if rendezvous:
+                    # NCCL send/recv is a rendezvous: the transfer starts once the receiver has
+                    # posted its receive; until then the sender waits (exposed P2P).
+                    t1 = env.now
+                    yield self._posted((ds, r, kind, micro, dc))
+                    pp_t += env.now - t1
+                    if record:
+                        self._span(track, f"P2P wait {kind}{micro}", "pp", t1, env.now)
                 if sc.p2p_s > 0:
                     t1 = env.now
                     if opts.p2p_transfers:

@@ -3,7 +3,7 @@
 The issue asked for realistic >= ideal. That does not hold, for a reason the attribution
 shows: Eq. 7 charges every stage the slowest stage's forward and backward, so giving each
 stage its own time can only shorten the pipeline (``unequal_stages`` <= 0), while the
-communication Eq. 7 leaves out adds 0-20 ms on these layouts. What must hold, and is
+communication Eq. 7 leaves out adds 0-25 ms on these layouts. What must hold, and is
 tested here: the ideal simulation equals Eq. 7; every communication effect adds time
 (>= 0); the realistic simulation is never faster than the one with only the stages'
 own times; the attribution adds up to the difference.

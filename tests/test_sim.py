@@ -15,7 +15,7 @@ from scenarios.plots import plot_breakdown, plot_timeline
 from scenarios.trace import write_chrome_trace
 from sim.compare import CAUSES, compare
 from sim.costs import IterationCosts, StageCost, build_costs
-from sim.engine import simulate
+from sim.engine import SimOptions, simulate
 from sim.eq7 import eq7
 from topology import ClusterSpec, get_cluster, get_gpu
 
@@ -49,6 +49,22 @@ def test_golden_1f1b_pp2_m2():
     assert r.iteration_s == 9.0 == r.eq7_s
     assert r.bubble_share == pytest.approx(1 / 3)  # (pp-1)/(m+pp-1)
     assert r.pipeline_s == 9.0
+
+
+def test_golden_p2p_rendezvous():
+    # Megatron's blocking P2P: stage 0's send of F1 can start only when stage 1 posts the
+    # matching receive, which it does (batched with its send of B0's gradient) after B0.
+    c = costs_of([stage(0, 1.0, 2.0, p2pf=0.5), stage(1, 1.0, 2.0, p2pb=0.5)], m=2)
+    no_links = SimOptions(own_stage_times=True, p2p_transfers=True, bucketed_dp=False, contention=False)
+    r = simulate(c, None, options=no_links, record=True)
+    assert log(r, ("forward", "backward", "pp")) == [
+        (0, "B0", 5.0, 7.0), (0, "B1", 8.5, 10.5), (0, "F0", 0.0, 1.0), (0, "F1", 1.5, 2.5),
+        (0, "P2P F0", 1.0, 1.5), (0, "P2P F1", 4.5, 5.0), (0, "P2P wait F1", 2.5, 4.5),
+        (1, "B0", 2.5, 4.5), (1, "B1", 6.0, 8.0), (1, "F0", 1.5, 2.5), (1, "F1", 5.0, 6.0),
+        (1, "P2P B0", 4.5, 5.0), (1, "P2P B1", 8.0, 8.5),
+    ]
+    assert r.iteration_s == 10.5 and r.eq7_s == 12.0  # (m - 1 + pp)(1.5 + 2.5)
+    assert r.exposed["pp"] == pytest.approx(0.5 + 2.0 + 0.5)  # stage 0: two sends and the wait
 
 
 def _two_node_cluster():
