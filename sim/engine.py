@@ -475,7 +475,7 @@ class _Simulation:
         # The rendezvous follows Megatron's non-interleaved 1F1B (and GPipe) call order. Its
         # interleaved schedule exchanges in lock-step at every step; there sends stay eager.
         rendezvous = opts.p2p_transfers and self.chunks == 1
-        compute = mp_t = pp_t = 0.0
+        compute = mp_t = pp_t = pp_wait = 0.0
         for i, step in enumerate(steps):
             kind, micro, chunk = step.kind, step.micro, step.chunk
             sc = table[kind, chunk]
@@ -519,6 +519,7 @@ class _Simulation:
                     t1 = env.now
                     yield self._posted((ds, r, kind, micro, dc))
                     pp_t += env.now - t1
+                    pp_wait += env.now - t1
                     if record:
                         self._span(track, f"P2P wait {kind}{micro}", "pp", t1, env.now)
                 if sc.p2p_s > 0:
@@ -533,7 +534,8 @@ class _Simulation:
                         self._span(track, f"P2P {kind}{micro}", "pp", t1, env.now)
                 self._mail((ds, r, kind, micro, dc)).succeed()
         tally.compute, tally.mp, tally.pp = compute, mp_t, pp_t
-        tally.pipeline_busy = compute + mp_t + pp_t
+        # Waiting for a receiver is blocked in a send (exposed P2P) but moves no data: a bubble.
+        tally.pipeline_busy = compute + mp_t + pp_t - pp_wait
         self.drained.arrive()
         st = self.costs.stages[s]
         # Gradient synchronisation.

@@ -65,6 +65,8 @@ def test_golden_p2p_rendezvous():
     ]
     assert r.iteration_s == 10.5 and r.eq7_s == 12.0  # (m - 1 + pp)(1.5 + 2.5)
     assert r.exposed["pp"] == pytest.approx(0.5 + 2.0 + 0.5)  # stage 0: two sends and the wait
+    # busy: 6 s compute + 1 s of sends on each stage; the 2 s wait is bubble: 1 - 14 / (2 * 10.5)
+    assert r.bubble_share == pytest.approx(1 / 3)
 
 
 def _two_node_cluster():
