@@ -62,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
     mode = scenario.simulation.mode
     if jitter is not None and mode != "realistic":
         raise ConfigError("simulation.mode", "jitter needs the realistic mode; the ideal mode follows Eq. 7")
+    from scenarios.commands.run import scenario_simulator
+
     res = run_monte_carlo(pred.costs, scenario.cluster, jitter, args.n, seed=seed, jobs=args.jobs,
+                          simulate=scenario_simulator(scenario),
                           backend=args.backend, scheduler=args.scheduler, progress=True, mode=mode,
                           share_samples=args.shares)
     if plot is not None:
@@ -137,7 +140,10 @@ def run_fit(args: argparse.Namespace) -> int:
     pred = predict(scenario, reference_data=args.reference_data, cache_dir=args.cache_dir)
     warn(pred.warnings)
     seed = scenario.simulation.seed if args.seed is None else args.seed
-    fit = fit_jitter(times, pred.costs, scenario.cluster, scenario.simulation.jitter, seed=seed, jobs=args.jobs)
+    from scenarios.commands.run import scenario_simulator
+
+    fit = fit_jitter(times, pred.costs, scenario.cluster, scenario.simulation.jitter, seed=seed, jobs=args.jobs,
+                     simulate=scenario_simulator(scenario))
     text = snippet(fit, times_path)
     if out is not None:
         write_atomic(out, lambda tmp: open(tmp, "w").write(text))

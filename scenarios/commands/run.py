@@ -17,6 +17,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def scenario_simulator(scenario):
+    """``sim.engine.simulate`` with the scenario's schedule and DP-overlap choice bound (picklable)."""
+    import functools
+
+    from sim.engine import simulate
+
+    return functools.partial(simulate, schedule=scenario.parallelism.schedule,
+                             overlap_dp=scenario.simulation.overlap_dp)
+
+
 def simulate_scenario(pred, *, ideal: bool = False, record: bool = False):
     """Run the simulation for a prediction (shared by run, compare and jitter)."""
     from sim.engine import simulate
