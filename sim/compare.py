@@ -54,15 +54,15 @@ class Comparison:
 
 
 def compare(costs: IterationCosts, cluster: ClusterSpec | None, ideal: bool = False, seed: int = 0,
-            overlap_dp: bool = False) -> Comparison:
+            overlap_dp: bool = False, schedule=None) -> Comparison:
     e = eq7(costs).iteration_s
-    prev = simulate(costs, cluster, seed=seed, options=IDEAL).iteration_s
+    prev = simulate(costs, cluster, seed=seed, options=IDEAL, schedule=schedule).iteration_s
     attribution = {cause: 0.0 for cause in CAUSES}
     attribution["residual"] = prev - e
     if not ideal:
         for cause, opts in _CHAIN:
             opts = dataclasses.replace(opts, overlap_dp=overlap_dp)
-            now = simulate(costs, cluster, seed=seed, options=opts).iteration_s
+            now = simulate(costs, cluster, seed=seed, options=opts, schedule=schedule).iteration_s
             attribution[cause] = now - prev
             prev = now
     rel = (prev - e) / e if e > 0 else 0.0

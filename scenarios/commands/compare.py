@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     warn(pred.warnings)
     sc = pred.scenario
     c = compare(pred.costs, sc.cluster, ideal=args.ideal, seed=sc.simulation.seed,
-                overlap_dp=sc.simulation.overlap_dp)
+                overlap_dp=sc.simulation.overlap_dp, schedule=sc.parallelism.schedule)
     if args.json:
         out = c.to_json()
         out["scenario"] = sc.name
