@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 from operators import ConfigError
 
-COMMANDS = ("predict", "run", "compare", "jitter", "scenarios", "fit", "profile", "calibrate", "calibrate_collectives",
-            "validate")
+COMMANDS = ("predict", "run", "compare", "sweep", "jitter", "scenarios", "fit", "profile", "calibrate",
+            "calibrate_collectives", "validate")
 #: two-word commands, spelled with a hyphen inside the parser
 ALIASES = {("calibrate", "collectives"): "calibrate-collectives"}
 

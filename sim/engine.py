@@ -309,6 +309,8 @@ def simulate(
     pipe = sim.pipeline_end
     busy = sum(t.pipeline_busy for t in tallies.values())
     bubble = 1.0 - busy / (len(tallies) * pipe) if pipe > 0 else 0.0
+    if abs(bubble) < 1e-12:  # float rounding of a bubble-free pipeline (pp = 1), not a negative share
+        bubble = 0.0
     model_flops = sum(s.fwd_flops + s.bwd_flops for s in costs.stages) * m * par.mp * dp
     peak = peak_flops if peak_flops is not None else (cluster.gpu.peak_flops if cluster is not None else None)
     mfu = model_flops / (iteration * par.gpus * peak) if peak and iteration > 0 else None

@@ -135,3 +135,19 @@ def test_operator_with_no_samples(tmp_path, capsys):
     assert main(["predict", write(tmp_path, GOOD), "--set", f"profile.name={samples}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "has no samples for operator" in err[0]
+
+
+def test_sweep_ranks_layouts_at_the_same_global_batch(capsys):
+    assert main(["sweep", "gpt20b-dgxh100", "--set", "profile.name=roofline", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["gpus"] == 128 and out["global_batch"] == 4 * 16 * 4
+    rows = out["layouts"]
+    assert {"4-8-4", "8-4-4", "1-8-16"} <= {r["layout"] for r in rows}
+    for r in rows:
+        assert r["pp"] * r["mp"] * r["dp"] == 128
+        assert 4 * r["micro_batches"] * r["dp"] == out["global_batch"]
+        assert 0.0 <= r["bubble_share"] < 1.0 and r["simulated_s"] > 0
+    fitting = [r["simulated_s"] for r in rows if r["fits_memory"]]
+    assert fitting == sorted(fitting)
+    reasons = {s["layout"]: s["reason"] for s in out["skipped"]}
+    assert "heads" in reasons["1-128-1"] or "divisible" in reasons["1-128-1"]
