@@ -31,7 +31,7 @@ _INT_COLUMNS = ("pp", "mp", "dp", "hidden", "heads", "layers", "seq", "micro_bat
 
 
 def scenario_mapping(row: dict, profile_name: str, host_gpus: int | None = None,
-                     reference_data: str | None = None) -> dict:
+                     reference_data: str | None = None, cluster: str = "dgx-h200") -> dict:
     """The scenario mapping of one measured row (see the module docstring)."""
     gpus = int(row["pp"]) * int(row["mp"]) * int(row["dp"])
     gpn = min(host_gpus, gpus) if host_gpus else gpus
@@ -51,7 +51,7 @@ def scenario_mapping(row: dict, profile_name: str, host_gpus: int | None = None,
                      "precision": "bf16", "recompute": row.get("recompute") or "none", "zero_stage": 0,
                      "framework": "megatron"},
         "parallelism": {"pp": int(row["pp"]), "mp": int(row["mp"]), "dp": int(row["dp"]), "schedule": "1f1b"},
-        "cluster": {"preset": "dgx-h200", "gpus_per_node": gpn},
+        "cluster": {"preset": cluster, "gpus_per_node": gpn},
         "profile": profile,
         "simulation": {"mode": "realistic", "seed": 0, "overlap_dp": False},
     }
@@ -88,7 +88,7 @@ def _err(pred: float, meas: float) -> float:
 
 
 def rows(measured_csv: str | os.PathLike = DEFAULT_CSV, profile_name: str = "h200-sxm-bf16",
-         host_gpus: int | None = None, reference_data: str | None = None) -> list[dict]:
+         host_gpus: int | None = None, reference_data: str | None = None, cluster: str = "dgx-h200") -> list[dict]:
     """One dict per measured layout: closed form, simulated and measured seconds, errors in percent."""
     from scenarios.commands.run import simulate_scenario
     from scenarios.compose import predict
@@ -96,7 +96,7 @@ def rows(measured_csv: str | os.PathLike = DEFAULT_CSV, profile_name: str = "h20
 
     out = []
     for row in read_measured(measured_csv):
-        sc = scenario_from_mapping(scenario_mapping(row, profile_name, host_gpus, reference_data),
+        sc = scenario_from_mapping(scenario_mapping(row, profile_name, host_gpus, reference_data, cluster),
                                    name=f"measured-{row['layout']}")
         pred = predict(sc, reference_data=reference_data)
         sim = simulate_scenario(pred)

@@ -23,9 +23,6 @@ def duration_model(scenario: Scenario, reference_data: str | None = None,
     """Resolve ``profile.name`` into a duration model (loaded once per process)."""
     name = scenario.profile.name
     ref = scenario.profile.reference_data or reference_data
-    key = (name, ref, cache_dir)
-    if key in _PROFILE_CACHE:
-        return _PROFILE_CACHE[key]
     if name == "roofline" or name.startswith("roofline:"):
         from calibration.roofline import RooflineProfile
 
@@ -34,13 +31,14 @@ def duration_model(scenario: Scenario, reference_data: str | None = None,
             raise ConfigError("profile.name", f"unknown GPU {gpu_name!r} for the roofline profile; "
                               f"known: {', '.join(GPU_PRESETS)}")
         gpu = GPU_PRESETS[gpu_name] if gpu_name else scenario.cluster.gpu
-        model: DurationModel = RooflineProfile(f"roofline:{gpu.name}", peak_flops=gpu.peak_flops, mem_bw=gpu.mem_bw)
-    else:
+        # cheap to build, and a plain "roofline" depends on the scenario's GPU: never cached
+        return RooflineProfile(f"roofline:{gpu.name}", peak_flops=gpu.peak_flops, mem_bw=gpu.mem_bw)
+    key = (name, ref, cache_dir)
+    if key not in _PROFILE_CACHE:
         from calibration import load_profile
 
-        model = load_profile(name, reference_dir=ref, cache_dir=cache_dir)
-    _PROFILE_CACHE[key] = model
-    return model
+        _PROFILE_CACHE[key] = load_profile(name, reference_dir=ref, cache_dir=cache_dir)
+    return _PROFILE_CACHE[key]
 
 
 @dataclass(frozen=True)

@@ -151,3 +151,11 @@ def test_sweep_ranks_layouts_at_the_same_global_batch(capsys):
     assert fitting == sorted(fitting)
     reasons = {s["layout"]: s["reason"] for s in out["skipped"]}
     assert "heads" in reasons["1-128-1"] or "divisible" in reasons["1-128-1"]
+
+
+def test_roofline_profile_follows_each_scenarios_gpu():
+    from scenarios.compose import duration_model
+
+    a = duration_model(load_scenario("gpt20b-dgxh100", ["profile.name=roofline"]))
+    b = duration_model(load_scenario("paper-gpt20b-4-4-8-vista", ["profile.name=roofline"]))
+    assert a.name == "roofline:h100-sxm" and b.name == "roofline:gh200"

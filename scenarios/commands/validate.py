@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="instead: 3D-parallel runs of validation/train_3d.py, predicted by Eq. 7 and the simulation")
     p.add_argument("--profile-3d", default="h200-sxm-bf16", metavar="NAME", help="profile for --measured-3d")
     p.add_argument("--host-gpus", type=int, default=None, help="GPUs of the host that measured --measured-3d")
+    p.add_argument("--cluster-3d", default="dgx-h200", metavar="PRESET", help="cluster preset for --measured-3d")
     p.set_defaults(func=run)
 
 
@@ -113,7 +114,7 @@ def run_3d(args: argparse.Namespace) -> int:
     from scenarios import compare_3d
     from scenarios.commands.common import print_json
 
-    table = compare_3d.rows(args.measured_3d, args.profile_3d, args.host_gpus)
+    table = compare_3d.rows(args.measured_3d, args.profile_3d, args.host_gpus, cluster=args.cluster_3d)
     if args.json:
         print_json({"layouts": table})
     else:
