@@ -21,6 +21,7 @@ COLOURS = {
     "recompute": "#f2c49b",
     "mp": "#8172b3",
     "pp": "#55a868",
+    "pp_wait": "#c8e6c9",
     "dp_allreduce": "#c44e52",
     "optimizer": "#937860",
     "update": "#937860",
@@ -28,7 +29,7 @@ COLOURS = {
 }
 LABELS = {
     "forward": "forward", "backward": "backward", "recompute": "recompute (in backward)",
-    "mp": "MP all-reduce", "pp": "P2P send", "dp_allreduce": "DP all-reduce", "optimizer": "optimizer",
+    "mp": "MP all-reduce", "pp": "P2P send", "pp_wait": "P2P send waiting for the receiver", "dp_allreduce": "DP all-reduce", "optimizer": "optimizer",
     "update": "update (optimizer + all-gather)", "dp_allgather": "DP all-gather",
 }
 

@@ -93,7 +93,7 @@ SWITCHES = ("own_stage_times", "p2p_transfers", "bucketed_dp", "contention")
 class Span:
     track: str
     name: str
-    cat: str  # forward, backward, recompute, mp, pp, dp_allreduce, optimizer, dp_allgather, update, link
+    cat: str  # forward, backward, recompute, mp, pp, pp_wait, dp_allreduce, optimizer, dp_allgather, update, link
     start_s: float
     end_s: float
     args: dict = field(default_factory=dict)
@@ -523,7 +523,7 @@ class _Simulation:
                     pp_t += env.now - t1
                     pp_wait += env.now - t1
                     if record:
-                        self._span(track, f"P2P wait {kind}{micro}", "pp", t1, env.now)
+                        self._span(track, f"P2P wait {kind}{micro}", "pp_wait", t1, env.now)
                 if sc.p2p_s > 0:
                     t1 = env.now
                     if opts.p2p_transfers:

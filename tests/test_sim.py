@@ -57,7 +57,7 @@ def test_golden_p2p_rendezvous():
     c = costs_of([stage(0, 1.0, 2.0, p2pf=0.5), stage(1, 1.0, 2.0, p2pb=0.5)], m=2)
     no_links = SimOptions(own_stage_times=True, p2p_transfers=True, bucketed_dp=False, contention=False)
     r = simulate(c, None, options=no_links, record=True)
-    assert log(r, ("forward", "backward", "pp")) == [
+    assert log(r, ("forward", "backward", "pp", "pp_wait")) == [
         (0, "B0", 5.0, 7.0), (0, "B1", 8.5, 10.5), (0, "F0", 0.0, 1.0), (0, "F1", 1.5, 2.5),
         (0, "P2P F0", 1.0, 1.5), (0, "P2P F1", 4.5, 5.0), (0, "P2P wait F1", 2.5, 4.5),
         (1, "B0", 2.5, 4.5), (1, "B1", 6.0, 8.0), (1, "F0", 1.5, 2.5), (1, "F1", 5.0, 6.0),
