@@ -29,7 +29,8 @@ COLOURS = {
 }
 LABELS = {
     "forward": "forward", "backward": "backward", "recompute": "recompute (in backward)",
-    "mp": "MP all-reduce", "pp": "P2P send", "pp_wait": "P2P send waiting for the receiver", "dp_allreduce": "DP all-reduce", "optimizer": "optimizer",
+    "mp": "MP all-reduce", "pp": "P2P send",
+    "pp_wait": "P2P send waiting for the receiver", "dp_allreduce": "DP all-reduce", "optimizer": "optimizer",
     "update": "update (optimizer + all-gather)", "dp_allgather": "DP all-gather",
 }
 
