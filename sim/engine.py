@@ -428,24 +428,12 @@ class _Simulation:
         return out
 
     # -- helpers ----------------------------------------------------------------------------------
-    def _mail(self, key: tuple) -> simpy.Event:
-        ev = self.mailbox.pop(key, None)
+    def _meet(self, box: dict[tuple, simpy.Event], key: tuple) -> simpy.Event:
+        """The event two parties share for ``key``: the first to ask creates it, the second takes
+        it out of ``box``. Every key is touched exactly twice, so the boxes stay small."""
+        ev = box.pop(key, None)
         if ev is None:
-            ev = self.mailbox[key] = self.env.event()
-        return ev
-
-    def _post(self, key: tuple) -> None:
-        """The receiver of message ``key`` has posted its receive."""
-        ev = self.posted.get(key)
-        if ev is None:
-            ev = self.posted[key] = self.env.event()
-        if not ev.triggered:
-            ev.succeed()
-
-    def _posted(self, key: tuple) -> simpy.Event:
-        ev = self.posted.get(key)
-        if ev is None:
-            ev = self.posted[key] = self.env.event()
+            ev = box[key] = self.env.event()
         return ev
 
     def _comm(self, base_s: float, rates: dict[str, float] | None, kind: str, tier_key) -> simpy.Event:
@@ -478,13 +466,15 @@ class _Simulation:
         # interleaved schedule exchanges in lock-step at every step; there sends stay eager.
         rendezvous = opts.p2p_transfers and self.chunks == 1
         compute = mp_t = pp_t = pp_wait = 0.0
+        posted_ahead = False  # this step's receive was posted with the previous step's send
         for i, step in enumerate(steps):
             kind, micro, chunk = step.kind, step.micro, step.chunk
             sc = table[kind, chunk]
             if sc.needs_input:
-                if rendezvous:
-                    self._post((s, r, kind, micro, chunk))
-                yield self._mail((s, r, kind, micro, chunk))
+                if rendezvous and not posted_ahead:
+                    self._meet(self.posted, (s, r, kind, micro, chunk)).succeed()
+                yield self._meet(self.mailbox, (s, r, kind, micro, chunk))
+            posted_ahead = False
             t0 = env.now
             # With overlap, the last backward readies gradient bucket k after (k+1)/n of its work;
             # without, every bucket is ready when it ends.
@@ -512,14 +502,15 @@ class _Simulation:
                 # the calls are sequential: the receive is posted only after the send.
                 nxt = steps[i + 1]
                 if nxt.kind != kind and table[nxt.kind, nxt.chunk].needs_input:
-                    self._post((s, r, nxt.kind, nxt.micro, nxt.chunk))
+                    self._meet(self.posted, (s, r, nxt.kind, nxt.micro, nxt.chunk)).succeed()
+                    posted_ahead = True
             if sc.dest is not None:
                 ds, dc = sc.dest
                 if rendezvous:
                     # NCCL send/recv is a rendezvous: the transfer starts once the receiver has
                     # posted its receive; until then the sender waits (exposed P2P).
                     t1 = env.now
-                    yield self._posted((ds, r, kind, micro, dc))
+                    yield self._meet(self.posted, (ds, r, kind, micro, dc))
                     pp_t += env.now - t1
                     pp_wait += env.now - t1
                     if record:
@@ -534,7 +525,7 @@ class _Simulation:
                     pp_t += env.now - t1
                     if record:
                         self._span(track, f"P2P {kind}{micro}", "pp", t1, env.now)
-                self._mail((ds, r, kind, micro, dc)).succeed()
+                self._meet(self.mailbox, (ds, r, kind, micro, dc)).succeed()
         tally.compute, tally.mp, tally.pp = compute, mp_t, pp_t
         # Waiting for a receiver is blocked in a send (exposed P2P) but moves no data: a bubble.
         tally.pipeline_busy = compute + mp_t + pp_t - pp_wait
