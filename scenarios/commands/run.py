@@ -28,18 +28,14 @@ def scenario_simulator(scenario):
 
 
 def simulate_scenario(pred, *, ideal: bool = False, record: bool = False):
-    """Run the simulation for a prediction (shared by run, compare and jitter)."""
-    from sim.engine import simulate
+    """Simulate a prediction's scenario once, its jitter included (run, sweep, validate --measured-3d)."""
     from sim.jitter import parse_jitter
 
     sc = pred.scenario
     mode = "ideal" if ideal else sc.simulation.mode
     perturb = parse_jitter(sc.simulation.jitter) if mode == "realistic" else None
-    return simulate(
-        pred.costs, sc.cluster, mode=mode, seed=sc.simulation.seed, perturb=perturb, record=record,
-        schedule=sc.parallelism.schedule, tokens_per_iteration=sc.tokens_per_iteration,
-        overlap_dp=sc.simulation.overlap_dp,
-    )
+    return scenario_simulator(sc)(pred.costs, sc.cluster, mode=mode, seed=sc.simulation.seed, perturb=perturb,
+                                  record=record, tokens_per_iteration=sc.tokens_per_iteration)
 
 
 def run(args: argparse.Namespace) -> int:
