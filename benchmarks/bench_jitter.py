@@ -22,10 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scenarios.compose import predict  # noqa: E402
-from scenarios.montecarlo import run_monte_carlo  # noqa: E402
-from scenarios.schema import load_scenario  # noqa: E402
-from sim.jitter import parse_jitter  # noqa: E402
+from trainsim.scenarios.compose import predict  # noqa: E402
+from trainsim.scenarios.montecarlo import run_monte_carlo  # noqa: E402
+from trainsim.scenarios.schema import load_scenario  # noqa: E402
+from trainsim.sim.jitter import parse_jitter  # noqa: E402
 
 SCENARIO = "paper-gpt20b-4-4-8-vista"
 

@@ -29,19 +29,19 @@ def main() -> None:
 
     # Warm the cache once (a cold fit), then time fresh processes.
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "scenarios.cli", "predict", args.case, "--json"], check=True,
+    subprocess.run([sys.executable, "-m", "trainsim", "predict", args.case, "--json"], check=True,
                    capture_output=True)
     first = time.perf_counter() - t0
     e2e = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "scenarios.cli", "predict", args.case, "--json"], check=True,
+        subprocess.run([sys.executable, "-m", "trainsim", "predict", args.case, "--json"], check=True,
                        capture_output=True)
         e2e.append(time.perf_counter() - t0)
 
-    from scenarios.compose import predict
-    from scenarios.schema import load_scenario
-    from sim.eq7 import eq7
+    from trainsim.scenarios.compose import predict
+    from trainsim.scenarios.schema import load_scenario
+    from trainsim.sim.eq7 import eq7
 
     sc = load_scenario(args.case)
     pred = predict(sc)  # loads the profile into this process

@@ -21,9 +21,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from calibration.profile import load_profile  # noqa: E402
-from operators import Direction, Op, OpKind  # noqa: E402
-from operators.partition import padded_vocab  # noqa: E402
+from trainsim.calibration.profile import load_profile  # noqa: E402
+from trainsim.operators import Direction, Op, OpKind  # noqa: E402
+from trainsim.operators.partition import padded_vocab  # noqa: E402
 
 
 def batch() -> list[Op]:

@@ -22,11 +22,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from operators import ModelSpec, Parallelism, TrainingSpec, build_stage_plans  # noqa: E402
-from operators.ops import bytes_moved, flops  # noqa: E402
-from sim.costs import build_costs  # noqa: E402
-from sim.engine import simulate  # noqa: E402
-from topology import get_cluster  # noqa: E402
+from trainsim.operators import ModelSpec, Parallelism, TrainingSpec, build_stage_plans  # noqa: E402
+from trainsim.operators.ops import bytes_moved, flops  # noqa: E402
+from trainsim.sim.costs import build_costs  # noqa: E402
+from trainsim.sim.engine import simulate  # noqa: E402
+from trainsim.topology import get_cluster  # noqa: E402
 
 
 class AnalyticModel:

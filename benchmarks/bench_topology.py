@@ -13,8 +13,8 @@ import platform
 import statistics
 import time
 
-from operators import CollKind, Parallelism
-from topology import LinkModel, Placement, get_cluster
+from trainsim.operators import CollKind, Parallelism
+from trainsim.topology import LinkModel, Placement, get_cluster
 
 
 def one_run() -> tuple[float, float, int]:

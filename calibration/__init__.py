@@ -5,8 +5,8 @@ Importing ``calibration`` stays light: the fitting stack is imported only when a
 profile has to be fitted (``calibration.select``), never to load a cached one.
 """
 
-from calibration.forest import TreeEnsemble
-from calibration.profile import (
+from trainsim.calibration.forest import TreeEnsemble
+from trainsim.calibration.profile import (
     ExtrapolationWarning,
     FittedProfile,
     cache_root,
@@ -14,9 +14,9 @@ from calibration.profile import (
     load_profile,
     shipped_profiles,
 )
-from calibration.reference import find_quirks, load_reference, resolve_reference_dir
-from calibration.roofline import RooflineProfile
-from calibration.samples import (
+from trainsim.calibration.reference import find_quirks, load_reference, resolve_reference_dir
+from trainsim.calibration.roofline import RooflineProfile
+from trainsim.calibration.samples import (
     CollectiveSample,
     ComputeSample,
     DataQuirkWarning,
@@ -39,7 +39,7 @@ __all__ = [
 def __getattr__(name: str):
     # OperatorRegressor pulls in scikit-learn and xgboost: import it only when asked for.
     if name == "OperatorRegressor":
-        from calibration.select import OperatorRegressor
+        from trainsim.calibration.select import OperatorRegressor
 
         return OperatorRegressor
     raise AttributeError(f"module 'calibration' has no attribute {name!r}")

@@ -4,7 +4,7 @@ One process per GPU, launched by torchrun (NCCL), or several CPU processes (gloo
 
     env NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \\
         python -m torch.distributed.run --standalone --nproc-per-node 8 \\
-        -m calibration.collectives_bench --out samples/h200-coll
+        -m trainsim.calibration.collectives_bench --out samples/h200-coll
 
 (:func:`launch_command` builds that line.) NVLink multicast (NVLS) stays off: on the lent
 machines a program using it can take the host's shared GPUs out of service, so this module
@@ -51,10 +51,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from calibration.harness import TorchUnavailable, import_torch
-from calibration.samples import META_FILE, CollectiveSample, SampleWriter, read_meta
-from operators.errors import ConfigError
-from operators.ops import Collective, CollKind
+from trainsim.calibration.harness import TorchUnavailable, import_torch
+from trainsim.calibration.samples import META_FILE, CollectiveSample, SampleWriter, read_meta
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.ops import Collective, CollKind
 
 #: NVLink multicast off in NCCL, PyTorch's symmetric memory and NVSHMEM (device KINDS.md).
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -89,7 +89,7 @@ def launch_command(nproc: int, out: str, extra_args: Sequence[str] = (), python:
         raise ConfigError("--nproc-per-node", f"collectives need at least 2 processes, got {nproc!r}")
     return ["env", *(f"{k}={v}" for k, v in MULTICAST_OFF.items()),
             python or sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            "-m", "calibration.collectives_bench", "--out", str(out), *extra_args]
+            "-m", "trainsim.calibration.collectives_bench", "--out", str(out), *extra_args]
 
 
 def message_sizes(min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, per_octave: int = 1) -> list[int]:

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from operators.errors import ConfigError
-from operators.ops import Direction, Op, OpKind, hf_params
-from operators.partition import padded_vocab
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.ops import Direction, Op, OpKind, hf_params
+from trainsim.operators.partition import padded_vocab
 
 L2_BYTES_DEFAULT = 50 * 2**20  # H100 SXM
 WARMUP = 10
@@ -462,7 +462,7 @@ def run_plan(
     ``remaining`` (left when the time budget ran out). ``on_sample(k)`` is called after
     the k-th new sample is written (tests use it to interrupt a run).
     """
-    from calibration.samples import ComputeSample, SampleWriter, read_meta
+    from trainsim.calibration.samples import ComputeSample, SampleWriter, read_meta
 
     out = Path(out_dir)
     writer = SampleWriter(out)

@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.forest import TreeEnsemble
-from calibration.roofline import RooflineProfile
-from calibration.samples import (
+from trainsim.calibration.forest import TreeEnsemble
+from trainsim.calibration.roofline import RooflineProfile
+from trainsim.calibration.samples import (
     COLLECTIVE_FILE,
     COMPUTE_FILE,
     META_FILE,
@@ -41,8 +41,8 @@ from calibration.samples import (
     data_hash,
     load_sample_dir,
 )
-from operators.errors import ConfigError
-from operators.ops import FEATURE_NAMES, Collective, CollKind, Direction, Op, OpKind, features
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.ops import FEATURE_NAMES, Collective, CollKind, Direction, Op, OpKind, features
 
 FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
@@ -222,7 +222,7 @@ def _finite_or_none(x: float) -> float | None:
 
 
 def _fit_one(X: np.ndarray, y: np.ndarray, random_state: int, candidates) -> Regressor:
-    from calibration.select import OperatorRegressor
+    from trainsim.calibration.select import OperatorRegressor
 
     r = OperatorRegressor(candidates=candidates, random_state=random_state).fit(X, y)
     summary = {"kind": r.best_kind_, "params": r.best_params_, "validation_mape": _finite_or_none(r.validation_mape_),
@@ -298,7 +298,7 @@ def shipped_profiles() -> list[str]:
 
 def features_fingerprint() -> str:
     """Changes whenever the Table I feature definitions do, so a cached profile is refitted."""
-    from operators import ops
+    from trainsim.operators import ops
 
     code = ops.features.__code__
     blob = repr(sorted((k.value, v) for k, v in ops.FEATURE_NAMES.items())) + code.co_code.hex() + repr(code.co_consts)
@@ -324,7 +324,7 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
             return FittedProfile.load(path)
         except (ConfigError, OSError, KeyError, ValueError) as e:
             warnings.warn(f"cached profile {path} unreadable ({e}); refitting", stacklevel=3)
-    from calibration.reference import find_quirks, warn_quirks
+    from trainsim.calibration.reference import find_quirks, warn_quirks
 
     compute, colls = loader()
     quirks = find_quirks(list(compute), list(colls), name)
@@ -361,7 +361,7 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
         peak, bw = specs[gpu]
         return RooflineProfile(name, peak, bw)
     if name.startswith("reference:"):
-        from calibration.reference import CLUSTERS, load_reference, reference_files, resolve_reference_dir
+        from trainsim.calibration.reference import CLUSTERS, load_reference, reference_files, resolve_reference_dir
 
         cluster = name.split(":", 1)[1]
         canon = next((c for c in CLUSTERS if c.lower() == cluster.lower()), None)

@@ -19,10 +19,10 @@ import warnings
 from collections import defaultdict
 from pathlib import Path
 
-from calibration.samples import CollectiveSample, ComputeSample, DataQuirkWarning
-from operators.errors import ConfigError
-from operators.ops import Collective, CollKind, Direction, Op, OpKind, bytes_moved
-from operators.partition import padded_vocab
+from trainsim.calibration.samples import CollectiveSample, ComputeSample, DataQuirkWarning
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.ops import Collective, CollKind, Direction, Op, OpKind, bytes_moved
+from trainsim.operators.partition import padded_vocab
 
 ENV_VAR = "TRAINSIM_REFERENCE_DATA"
 CLUSTERS = ("Perlmutter", "Vista")

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from operators.errors import ConfigError, require_positive
-from operators.ops import Collective, Direction, Op, bytes_moved, flops
+from trainsim.operators.errors import ConfigError, require_positive
+from trainsim.operators.ops import Collective, Direction, Op, bytes_moved, flops
 
 
 class RooflineProfile:

@@ -32,8 +32,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from operators.errors import ConfigError
-from operators.ops import Collective, CollKind, Direction, Op, OpKind
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.ops import Collective, CollKind, Direction, Op, OpKind
 
 COMPUTE_COLUMNS = ("op", "direction", "b", "l", "d", "h", "mp", "v", "f", "layers", "duration_us")
 COLLECTIVE_COLUMNS = ("collective", "entries", "nodes", "gpus_per_node", "duration_us")

@@ -21,11 +21,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from operators.errors import ConfigError
-from operators.ops import Direction, Op, OpKind, hf_params
-from operators.partition import padded_vocab
-from operators.spec import ModelSpec, Parallelism, TrainingSpec
-from operators.stages import build_stage_plans
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.ops import Direction, Op, OpKind, hf_params
+from trainsim.operators.partition import padded_vocab
+from trainsim.operators.spec import ModelSpec, Parallelism, TrainingSpec
+from trainsim.operators.stages import build_stage_plans
 
 HF_KINDS = tuple(k for k in OpKind if k.value.startswith("hf_"))
 MEGATRON_KINDS = tuple(k for k in OpKind if k not in HF_KINDS)

@@ -102,7 +102,7 @@ class OperatorRegressor(RegressorMixin, BaseEstimator):
 
     def to_ensemble(self):
         """The refitted model as a numpy :class:`calibration.forest.TreeEnsemble`."""
-        from calibration.forest import from_fitted
+        from trainsim.calibration.forest import from_fitted
 
         check_is_fitted(self, "estimator_")
         return from_fitted(self.estimator_)

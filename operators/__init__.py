@@ -3,11 +3,11 @@
 Pure Python and numpy: no simpy, no scikit-learn, no torch.
 """
 
-from operators.duration import DurationModel
-from operators.errors import ConfigError
-from operators.ops import Collective, CollKind, Direction, Op, OpKind, features
-from operators.partition import StageRole, encoder_params, padded_vocab, partition_encoders, stage_params
-from operators.spec import (
+from trainsim.operators.duration import DurationModel
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.ops import Collective, CollKind, Direction, Op, OpKind, features
+from trainsim.operators.partition import StageRole, encoder_params, padded_vocab, partition_encoders, stage_params
+from trainsim.operators.spec import (
     MODEL_PRESETS,
     Attention,
     ModelSpec,
@@ -18,7 +18,7 @@ from operators.spec import (
     Schedule,
     TrainingSpec,
 )
-from operators.stages import OpCount, StagePlan, build_stage_plans, encoder_ops
+from trainsim.operators.stages import OpCount, StagePlan, build_stage_plans, encoder_ops
 
 __all__ = [
     "MODEL_PRESETS", "Attention", "CollKind", "Collective", "ConfigError", "Direction", "DurationModel",

@@ -7,7 +7,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from operators.ops import Collective, Direction, Op
+from trainsim.operators.ops import Collective, Direction, Op
 
 
 @runtime_checkable

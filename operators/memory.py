@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from operators.partition import padded_vocab
-from operators.spec import Attention, Framework, ModelSpec, Parallelism, Recompute, TrainingSpec
-from operators.stages import StagePlan
+from trainsim.operators.partition import padded_vocab
+from trainsim.operators.spec import Attention, Framework, ModelSpec, Parallelism, Recompute, TrainingSpec
+from trainsim.operators.stages import StagePlan
 
 GIB = 2**30
 

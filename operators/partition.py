@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from enum import Enum
 
-from operators.errors import ConfigError
-from operators.spec import ModelSpec
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.spec import ModelSpec
 
 #: Blocks that precede the encoders (embedding, pre-transformer) and follow them
 #: (post-transformer, final norm, final linear), as Megatron/GPT-NeoX count them.

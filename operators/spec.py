@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from operators.errors import ConfigError, require_int
+from trainsim.operators.errors import ConfigError, require_int
 
 
 class Precision(str, Enum):

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from operators.errors import ConfigError
-from operators.ops import Direction, Op, OpKind, bytes_moved, flops, hf_params
-from operators.partition import StageRole, padded_vocab, partition_encoders, stage_params, stage_role
-from operators.spec import (
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.ops import Direction, Op, OpKind, bytes_moved, flops, hf_params
+from trainsim.operators.partition import StageRole, padded_vocab, partition_encoders, stage_params, stage_role
+from trainsim.operators.spec import (
     Attention,
     Framework,
     ModelSpec,

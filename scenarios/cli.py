@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from operators import ConfigError
+from trainsim.operators import ConfigError
 
 COMMANDS = ("predict", "run", "compare", "sweep", "jitter", "scenarios", "fit", "profile", "calibrate",
             "calibrate_collectives", "validate")
@@ -33,9 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name in COMMANDS:
         try:
-            module = importlib.import_module(f"scenarios.commands.{name}")
+            module = importlib.import_module(f"trainsim.scenarios.commands.{name}")
         except ModuleNotFoundError as e:
-            if e.name == f"scenarios.commands.{name}":
+            if e.name == f"trainsim.scenarios.commands.{name}":
                 continue  # a command whose module is not part of this build
             raise
         module.register(sub)

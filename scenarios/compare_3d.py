@@ -24,7 +24,7 @@ import csv
 import os
 from pathlib import Path
 
-from operators.errors import ConfigError
+from trainsim.operators.errors import ConfigError
 
 DEFAULT_CSV = Path(__file__).resolve().parents[1] / "validation" / "measured_3d.csv"
 _INT_COLUMNS = ("pp", "mp", "dp", "hidden", "heads", "layers", "seq", "micro_batch", "micro_batches")
@@ -90,9 +90,9 @@ def _err(pred: float, meas: float) -> float:
 def rows(measured_csv: str | os.PathLike = DEFAULT_CSV, profile_name: str = "h200-sxm-bf16",
          host_gpus: int | None = None, reference_data: str | None = None, cluster: str = "dgx-h200") -> list[dict]:
     """One dict per measured layout: closed form, simulated and measured seconds, errors in percent."""
-    from scenarios.commands.run import simulate_scenario
-    from scenarios.compose import predict
-    from scenarios.schema import scenario_from_mapping
+    from trainsim.scenarios.commands.run import simulate_scenario
+    from trainsim.scenarios.compose import predict
+    from trainsim.scenarios.schema import scenario_from_mapping
 
     out = []
     for row in read_measured(measured_csv):

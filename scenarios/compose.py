@@ -9,11 +9,11 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from operators import ConfigError, DurationModel, StagePlan, build_stage_plans
-from scenarios.schema import Scenario
-from sim.costs import IterationCosts, build_costs
-from sim.eq7 import Eq7Result, eq7
-from topology import GPU_PRESETS
+from trainsim.operators import ConfigError, DurationModel, StagePlan, build_stage_plans
+from trainsim.scenarios.schema import Scenario
+from trainsim.sim.costs import IterationCosts, build_costs
+from trainsim.sim.eq7 import Eq7Result, eq7
+from trainsim.topology import GPU_PRESETS
 
 _PROFILE_CACHE: dict[tuple[str, str | None, str | None], DurationModel] = {}
 
@@ -24,7 +24,7 @@ def duration_model(scenario: Scenario, reference_data: str | None = None,
     name = scenario.profile.name
     ref = scenario.profile.reference_data or reference_data
     if name == "roofline" or name.startswith("roofline:"):
-        from calibration.roofline import RooflineProfile
+        from trainsim.calibration.roofline import RooflineProfile
 
         gpu_name = name.partition(":")[2]
         if gpu_name and gpu_name not in GPU_PRESETS:
@@ -35,7 +35,7 @@ def duration_model(scenario: Scenario, reference_data: str | None = None,
         return RooflineProfile(f"roofline:{gpu.name}", peak_flops=gpu.peak_flops, mem_bw=gpu.mem_bw)
     key = (name, ref, cache_dir)
     if key not in _PROFILE_CACHE:
-        from calibration import load_profile
+        from trainsim.calibration import load_profile
 
         _PROFILE_CACHE[key] = load_profile(name, reference_dir=ref, cache_dir=cache_dir)
     return _PROFILE_CACHE[key]
@@ -54,7 +54,7 @@ class Prediction:
     def memory_gib_per_gpu(self) -> float | None:
         """Peak memory estimate of the busiest GPU (operators.memory), when available."""
         try:
-            from operators.memory import memory_per_gpu
+            from trainsim.operators.memory import memory_per_gpu
         except ImportError:  # pragma: no cover - module not in this build
             return None
         sc = self.scenario
@@ -114,7 +114,7 @@ def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: st
         warnings.simplefilter("always")
         model = duration_model(scenario, reference_data, cache_dir)
         costs = build_costs(plans, scenario.training, scenario.parallelism, scenario.cluster, model)
-    from calibration.samples import DataQuirkWarning
+    from trainsim.calibration.samples import DataQuirkWarning
 
     quirks = [w for w in caught if issubclass(w.category, DataQuirkWarning)]
     msgs = [str(w.message) for w in caught if not issubclass(w.category, DataQuirkWarning)]

@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from operators.errors import ConfigError
-from scenarios.montecarlo import run_monte_carlo
-from sim.jitter import FIELD, JITTER_PRESETS, Jitter, parse_jitter
+from trainsim.operators.errors import ConfigError
+from trainsim.scenarios.montecarlo import run_monte_carlo
+from trainsim.sim.jitter import FIELD, JITTER_PRESETS, Jitter, parse_jitter
 
 QUANTILES = (10, 25, 75, 90, 95)
 SIGMA_GRID = (0.0, 0.1, 0.2, 0.35, 0.5)

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from operators.errors import ConfigError
-from sim.costs import IterationCosts
-from sim.jitter import Jitter
-from topology import ClusterSpec
+from trainsim.operators.errors import ConfigError
+from trainsim.sim.costs import IterationCosts
+from trainsim.sim.jitter import Jitter
+from trainsim.topology import ClusterSpec
 
 BACKENDS = ("joblib", "dask")
 EXPOSED_KINDS = ("mp", "pp", "dp_allreduce", "dp_allgather")
@@ -207,7 +207,7 @@ def run_monte_carlo(costs: IterationCosts, cluster: ClusterSpec, jitter: Jitter 
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError("--seed", f"must be a non-negative integer, got {seed!r}")
     if simulate is None:
-        from sim.engine import simulate as engine_simulate
+        from trainsim.sim.engine import simulate as engine_simulate
 
         simulate = engine_simulate
     det = simulate(costs, cluster, mode=mode, seed=seed, perturb=None).iteration_s

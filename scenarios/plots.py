@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from sim.engine import SimResult  # noqa: E402
+from trainsim.sim.engine import SimResult  # noqa: E402
 
 COLOURS = {
     "forward": "#4c72b0",

@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from operators import MODEL_PRESETS, ConfigError, ModelSpec, Parallelism, TrainingSpec
-from operators.spec import check_model_fits
-from topology import ClusterSpec, cluster_from_mapping
+from trainsim.operators import MODEL_PRESETS, ConfigError, ModelSpec, Parallelism, TrainingSpec
+from trainsim.operators.spec import check_model_fits
+from trainsim.topology import ClusterSpec, cluster_from_mapping
 
 BUNDLED_DIR = Path(__file__).parent / "bundled"
 SECTIONS = ("model", "training", "parallelism", "cluster", "profile", "simulation")

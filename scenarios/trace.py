@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sim.engine import SimResult
+from trainsim.sim.engine import SimResult
 
 _PIDS = {"stages": 1, "collectives": 2, "links": 3}
 

@@ -25,11 +25,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from operators.spec import Schedule
-from sim.costs import IterationCosts
-from sim.engine import IDEAL, SimOptions, simulate
-from sim.eq7 import eq7
-from topology import ClusterSpec
+from trainsim.operators.spec import Schedule
+from trainsim.sim.costs import IterationCosts
+from trainsim.sim.engine import IDEAL, SimOptions, simulate
+from trainsim.sim.eq7 import eq7
+from trainsim.topology import ClusterSpec
 
 CAUSES = ("residual", "schedule", "unequal_stages", "exposed_p2p", "exposed_dp_allreduce", "link_contention")
 

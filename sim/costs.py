@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from operators import Collective, CollKind, Direction, DurationModel, Op, StagePlan, TrainingSpec
-from operators.errors import ConfigError
-from operators.spec import Parallelism
-from topology import ClusterSpec, Placement, closed_form_seconds
+from trainsim.operators import Collective, CollKind, Direction, DurationModel, Op, StagePlan, TrainingSpec
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.spec import Parallelism
+from trainsim.topology import ClusterSpec, Placement, closed_form_seconds
 
 
 @dataclass(frozen=True)

@@ -49,14 +49,14 @@ from typing import Protocol
 import numpy as np
 import simpy
 
-from operators import CollKind
-from operators.errors import ConfigError
-from operators.spec import Schedule
-from sim.costs import IterationCosts, StageCost
-from sim.eq7 import eq7
-from sim.network import Network
-from sim.schedule import Step, build_schedule
-from topology import ClusterSpec, LinkModel, Placement
+from trainsim.operators import CollKind
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.spec import Schedule
+from trainsim.sim.costs import IterationCosts, StageCost
+from trainsim.sim.eq7 import eq7
+from trainsim.sim.network import Network
+from trainsim.sim.schedule import Step, build_schedule
+from trainsim.topology import ClusterSpec, LinkModel, Placement
 
 EXPOSED_KINDS = ("mp", "pp", "dp_allreduce", "dp_allgather")
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.costs import IterationCosts
+from trainsim.sim.costs import IterationCosts
 
 
 @dataclass(frozen=True)

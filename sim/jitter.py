@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from operators.errors import ConfigError
+from trainsim.operators.errors import ConfigError, check_number
 
 TIERS = ("nvlink", "nic")
 KINDS = ("mp", "pp", "dp_allreduce", "dp_allgather")
@@ -368,9 +368,7 @@ def _keys(d: Mapping[str, Any], path: str, known: Iterable[str]) -> None:
 
 
 def _number(value: Any, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(path, f"must be a finite number, got {value!r}")
-    return float(value)
+    return float(check_number(path, value))
 
 
 def _sigma(value: Any, path: str) -> float:

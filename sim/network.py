@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 import simpy
 
-from operators.errors import ConfigError
+from trainsim.operators.errors import ConfigError
 
 _EPS = 1e-12
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from operators.errors import ConfigError
-from operators.spec import Schedule
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.spec import Schedule
 
 
 @dataclass(frozen=True, slots=True)

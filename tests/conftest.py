@@ -34,8 +34,8 @@ def _shared_profile_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def paper_predictions(reference_data):
     """Eq. 7 for the ten bundled paper cases on the reference samples."""
-    from scenarios.compose import predict
-    from scenarios.schema import load_scenario
+    from trainsim.scenarios.compose import predict
+    from trainsim.scenarios.schema import load_scenario
 
     out = {}
     for case in ("gpt20b-4-4-8", "gpt20b-4-8-4", "gpt20b-8-4-4", "llama13b-4-8-2", "llemma7b-4-2-2"):

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import calibration.profile as profile_mod
-from calibration.forest import TreeEnsemble, from_fitted
-from calibration.profile import ExtrapolationWarning, FittedProfile, fit_profile, load_profile
-from calibration.reference import load_reference, resolve_reference_dir
-from calibration.roofline import RooflineProfile
-from calibration.samples import (
+import trainsim.calibration.profile as profile_mod
+from trainsim.calibration.forest import TreeEnsemble, from_fitted
+from trainsim.calibration.profile import ExtrapolationWarning, FittedProfile, fit_profile, load_profile
+from trainsim.calibration.reference import load_reference, resolve_reference_dir
+from trainsim.calibration.roofline import RooflineProfile
+from trainsim.calibration.samples import (
     CollectiveSample,
     ComputeSample,
     DataQuirkWarning,
@@ -27,9 +27,9 @@ from calibration.samples import (
     read_compute,
     write_samples,
 )
-from operators.errors import ConfigError
-from operators.ops import Collective, CollKind, Direction, Op, OpKind, features
-from operators.partition import padded_vocab
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.ops import Collective, CollKind, Direction, Op, OpKind, features
+from trainsim.operators.partition import padded_vocab
 
 REPO = Path(__file__).resolve().parents[1]
 REF = Path(os.environ.get("TRAINSIM_REFERENCE_DATA") or REPO.parent / "shared" / "reference-data"
@@ -164,7 +164,7 @@ def _xy(n=300, seed=0):
 def test_operator_regressor_contract_and_reproducibility():
     from sklearn.base import clone
 
-    from calibration.select import OperatorRegressor
+    from trainsim.calibration.select import OperatorRegressor
 
     X, y = _xy()
     r = OperatorRegressor(candidates=TINY, random_state=3)
@@ -184,7 +184,7 @@ def test_operator_regressor_contract_and_reproducibility():
 
 @pytest.mark.parametrize("kind", ["rforest", "xgboost"])
 def test_numpy_forest_matches_library(kind, tmp_path):
-    from calibration.select import make_model
+    from trainsim.calibration.select import make_model
 
     X, y = _xy(400)
     params = {"n_estimators": 25, "min_samples_leaf": 2} if kind == "rforest" else \

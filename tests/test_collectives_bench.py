@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from calibration import collectives_bench as cb
-from calibration.samples import load_sample_dir, read_collectives
-from operators.errors import ConfigError
-from operators.ops import CollKind
+from trainsim.calibration import collectives_bench as cb
+from trainsim.calibration.samples import load_sample_dir, read_collectives
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.ops import CollKind
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +55,7 @@ def test_launch_command_carries_the_env():
     cmd = cb.launch_command(8, "out", ["--iters", "5"], python="python3")
     assert cmd[:4] == ["env", "NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1"]
     assert cmd[4:] == ["python3", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "8",
-                       "-m", "calibration.collectives_bench", "--out", "out", "--iters", "5"]
+                       "-m", "trainsim.calibration.collectives_bench", "--out", "out", "--iters", "5"]
     with pytest.raises(ConfigError):
         cb.launch_command(1, "out")
 

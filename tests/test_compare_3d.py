@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from operators.errors import ConfigError
-from scenarios import compare_3d as c3d
+from trainsim.operators.errors import ConfigError
+from trainsim.scenarios import compare_3d as c3d
 
 HEADER = ("layout,pp,mp,dp,hidden,heads,layers,seq,micro_batch,micro_batches,recompute,min_s,median_s,"
           "max_mem_gib,device,torch,vocab\n")

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operators import Parallelism
-from sim.costs import IterationCosts, StageCost
-from sim.eq7 import eq7
+from trainsim.operators import Parallelism
+from trainsim.sim.costs import IterationCosts, StageCost
+from trainsim.sim.eq7 import eq7
 
 
 def stage(index, fwd, bwd, ar=0.0, upd=0.0, p2p_f=0.0, p2p_b=0.0, mp_f=0.0, mp_b=0.0):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from _support import BLOCK_TORCH
 
-from operators import ConfigError, ModelSpec, Parallelism, TrainingSpec, build_stage_plans
-from operators.ops import OpKind
+from trainsim.operators import ConfigError, ModelSpec, Parallelism, TrainingSpec, build_stage_plans
+from trainsim.operators.ops import OpKind
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ModelSpec("neox", hidden=256, heads=4, layers=3, seq_len=128, vocab=50432, attention="flash")
@@ -63,7 +63,7 @@ def test_shipped_profile_predicts_without_torch(cache):
 
 
 def test_validate_meets_the_targets(cache, capsys):
-    from scenarios.cli import main
+    from trainsim.scenarios.cli import main
 
     assert main(["validate", "--json", "--cache-dir", cache]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -76,7 +76,7 @@ def test_validate_meets_the_targets(cache, capsys):
 
 
 def test_validate_rejects_a_table_without_the_columns(tmp_path, capsys):
-    from scenarios.cli import main
+    from trainsim.scenarios.cli import main
 
     bad = tmp_path / "m.csv"
     bad.write_text("name,iteration_s\nx,1.0\n")

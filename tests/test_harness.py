@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from _support import BLOCK_TORCH
 
-from calibration.harness import robust_mean
-from calibration.samples import read_compute, read_meta
-from calibration.sampling import directions, parse_kinds, sampling_plan, sobol_points
-from operators.errors import ConfigError
-from operators.ops import Direction, Op, OpKind
+from trainsim.calibration.harness import robust_mean
+from trainsim.calibration.samples import read_compute, read_meta
+from trainsim.calibration.sampling import directions, parse_kinds, sampling_plan, sobol_points
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.ops import Direction, Op, OpKind
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,7 +63,7 @@ def _tiny_plan() -> list[tuple[Op, Direction]]:
 
 
 def test_every_operator_runs_on_cpu_and_the_table_is_valid(tmp_path):
-    from calibration.harness import make_env, run_plan
+    from trainsim.calibration.harness import make_env, run_plan
 
     env = make_env("cpu", "bf16", seed=0)
     plan = _tiny_plan()
@@ -77,7 +77,7 @@ def test_every_operator_runs_on_cpu_and_the_table_is_valid(tmp_path):
 
 
 def test_an_interrupted_run_resumes_without_duplicates(tmp_path):
-    from calibration.harness import make_env, run_plan
+    from trainsim.calibration.harness import make_env, run_plan
 
     env = make_env("cpu", "bf16", seed=0)
     plan = [(o, d) for o, d in _tiny_plan() if not o.kind.is_optimizer][:12]
@@ -102,7 +102,7 @@ def test_an_interrupted_run_resumes_without_duplicates(tmp_path):
 
 
 def test_calibrate_cli_on_cpu_with_configs(tmp_path, capsys):
-    from scenarios.cli import main
+    from trainsim.scenarios.cli import main
 
     cfg = tmp_path / "cfg.csv"
     cfg.write_text("name,hidden,heads,layers,seq_len,micro_batch,micro_batches,recompute\n"
@@ -119,7 +119,7 @@ def test_calibrate_cli_on_cpu_with_configs(tmp_path, capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_calibrate_asking_for_cuda_without_cuda_exits_2(tmp_path, capsys):
-    from scenarios.cli import main
+    from trainsim.scenarios.cli import main
 
     rc = main(["calibrate", "--out", str(tmp_path / "x"), "--device", "cuda", "--budget", "1"])
     err = capsys.readouterr().err

@@ -10,14 +10,14 @@ import pytest
 import simpy
 import yaml
 
-from operators.errors import ConfigError
-from scenarios.cli import main
-from scenarios.compose import predict
-from scenarios.jitter_fit import _base_mapping, _candidate, fit_jitter, read_times
-from scenarios.montecarlo import child_seeds, run_monte_carlo
-from scenarios.schema import load_scenario, scenario_from_mapping
-from sim.engine import simulate
-from sim.jitter import JITTER_PRESETS, Jitter, congestion_process, parse_jitter
+from trainsim.operators.errors import ConfigError
+from trainsim.scenarios.cli import main
+from trainsim.scenarios.compose import predict
+from trainsim.scenarios.jitter_fit import _base_mapping, _candidate, fit_jitter, read_times
+from trainsim.scenarios.montecarlo import child_seeds, run_monte_carlo
+from trainsim.scenarios.schema import load_scenario, scenario_from_mapping
+from trainsim.sim.engine import simulate
+from trainsim.sim.jitter import JITTER_PRESETS, Jitter, congestion_process, parse_jitter
 
 
 def tiny_mapping(cluster: str = "vista", pp: int = 2, mp: int = 2, dp: int = 2, m: int = 4, jitter=None) -> dict:

@@ -47,7 +47,7 @@ def test_ruff_clean():
 
 def test_package_import_stays_light():
     # `trainsim predict` must not pay for simpy, scikit-learn, xgboost or torch
-    code = ("import sys, scenarios.compose, scenarios.cli; "
+    code = ("import sys, trainsim.scenarios.compose, trainsim.scenarios.cli; "
             "print(sorted(m for m in ('simpy', 'sklearn', 'xgboost', 'torch') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from operators import ModelSpec, Parallelism, TrainingSpec, build_stage_plans
-from operators.memory import GIB, memory_per_gpu
+from trainsim.operators import ModelSpec, Parallelism, TrainingSpec, build_stage_plans
+from trainsim.operators.memory import GIB, memory_per_gpu
 
 TINY = ModelSpec("tiny", hidden=64, heads=4, layers=2, seq_len=32, vocab=256, attention="flash")
 

@@ -3,8 +3,8 @@
 import pytest
 import simpy
 
-from operators.errors import ConfigError
-from sim.network import Network, max_min_shares
+from trainsim.operators.errors import ConfigError
+from trainsim.sim.network import Network, max_min_shares
 
 
 def _run(caps, transfers):

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operators import (
+from trainsim.operators import (
     MODEL_PRESETS,
     ConfigError,
     ModelSpec,
@@ -19,8 +19,8 @@ from operators import (
     partition_encoders,
     stage_params,
 )
-from operators.ops import Direction, Op, flops
-from operators.partition import StageRole
+from trainsim.operators.ops import Direction, Op, flops
+from trainsim.operators.partition import StageRole
 
 GPT20B = MODEL_PRESETS["gpt-20b"]
 

@@ -11,8 +11,8 @@ own times; the attribution adds up to the difference.
 
 import pytest
 
-from sim.compare import compare
-from sim.engine import SimOptions, simulate
+from trainsim.sim.compare import compare
+from trainsim.sim.engine import SimOptions, simulate
 
 ONLY_OWN_TIMES = SimOptions(own_stage_times=True, p2p_transfers=False, bucketed_dp=False, contention=False)
 

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from operators import ConfigError
-from scenarios.cli import main
-from scenarios.schema import bundled_names, load_scenario
+from trainsim.operators import ConfigError
+from trainsim.scenarios.cli import main
+from trainsim.scenarios.schema import bundled_names, load_scenario
 
 PAPER_CASES = ["gpt20b-4-4-8", "gpt20b-4-8-4", "gpt20b-8-4-4", "llama13b-4-8-2", "llemma7b-4-2-2"]
 
@@ -93,7 +93,7 @@ def test_missing_reference_data_dir(tmp_path, capsys, monkeypatch):
 
 def test_no_traceback_in_a_real_process(tmp_path):
     path = write(tmp_path, "model: [unclosed")
-    r = subprocess.run([sys.executable, "-m", "scenarios.cli", "predict", path], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "trainsim", "predict", path], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stdout == ""
 
 
@@ -120,8 +120,8 @@ def test_operator_with_no_samples(tmp_path, capsys):
     """A profile that lacks an operator the stage plans need is an error naming it."""
     import numpy as np
 
-    from calibration.samples import ComputeSample, write_samples
-    from operators import Direction, Op, OpKind
+    from trainsim.calibration.samples import ComputeSample, write_samples
+    from trainsim.operators import Direction, Op, OpKind
 
     rng = np.random.default_rng(0)
     rows = []
@@ -154,7 +154,7 @@ def test_sweep_ranks_layouts_at_the_same_global_batch(capsys):
 
 
 def test_roofline_profile_follows_each_scenarios_gpu():
-    from scenarios.compose import duration_model
+    from trainsim.scenarios.compose import duration_model
 
     a = duration_model(load_scenario("gpt20b-dgxh100", ["profile.name=roofline"]))
     b = duration_model(load_scenario("paper-gpt20b-4-4-8-vista", ["profile.name=roofline"]))

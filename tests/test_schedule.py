@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operators.errors import ConfigError
-from operators.spec import Schedule
-from sim.schedule import Step, build_schedule, gpipe, interleaved_one_f_one_b, one_f_one_b
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.spec import Schedule
+from trainsim.sim.schedule import Step, build_schedule, gpipe, interleaved_one_f_one_b, one_f_one_b
 
 
 def test_one_f_one_b_hand_example():

@@ -8,16 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators import ModelSpec, Parallelism, TrainingSpec, build_stage_plans
-from operators.errors import ConfigError
-from operators.ops import bytes_moved, flops
-from scenarios.plots import plot_breakdown, plot_timeline
-from scenarios.trace import write_chrome_trace
-from sim.compare import CAUSES, compare
-from sim.costs import IterationCosts, StageCost, build_costs
-from sim.engine import SimOptions, simulate
-from sim.eq7 import eq7
-from topology import ClusterSpec, get_cluster, get_gpu
+from trainsim.operators import ModelSpec, Parallelism, TrainingSpec, build_stage_plans
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.ops import bytes_moved, flops
+from trainsim.scenarios.plots import plot_breakdown, plot_timeline
+from trainsim.scenarios.trace import write_chrome_trace
+from trainsim.sim.compare import CAUSES, compare
+from trainsim.sim.costs import IterationCosts, StageCost, build_costs
+from trainsim.sim.engine import SimOptions, simulate
+from trainsim.sim.eq7 import eq7
+from trainsim.topology import ClusterSpec, get_cluster, get_gpu
 
 
 def stage(i, f, b, *, rec=0.0, mpf=0.0, mpb=0.0, p2pf=0.0, p2pb=0.0, buckets=(), ag=0.0, opt=0.0):

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators import Collective, CollKind, ConfigError, Parallelism
-from topology import (
+from trainsim.operators import Collective, CollKind, ConfigError, Parallelism
+from trainsim.topology import (
     CLUSTER_PRESETS,
     GPU_PRESETS,
     ClusterSpec,

@@ -124,7 +124,7 @@ def test_recompute_and_timing_row(tmp_path):
 
 
 def test_config_rejects_bad_layouts():
-    from operators.errors import ConfigError
+    from trainsim.operators.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--mp"):
         t3d.Config(mp=3, **MODEL)

@@ -3,11 +3,11 @@
 Pure Python, numpy and networkx: no simpy, no scikit-learn, no torch.
 """
 
-from topology.cluster import CLUSTER_PRESETS, ClusterSpec, cluster_from_mapping, get_cluster
-from topology.collectives import bus_bandwidth, closed_form_seconds
-from topology.graph import LinkModel, build_graph
-from topology.hardware import GPU_PRESETS, GPUSpec, get_gpu
-from topology.placement import Placement
+from trainsim.topology.cluster import CLUSTER_PRESETS, ClusterSpec, cluster_from_mapping, get_cluster
+from trainsim.topology.collectives import bus_bandwidth, closed_form_seconds
+from trainsim.topology.graph import LinkModel, build_graph
+from trainsim.topology.hardware import GPU_PRESETS, GPUSpec, get_gpu
+from trainsim.topology.placement import Placement
 
 __all__ = [
     "CLUSTER_PRESETS", "GPU_PRESETS", "ClusterSpec", "GPUSpec", "LinkModel", "Placement", "build_graph",

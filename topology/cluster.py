@@ -16,8 +16,8 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from operators.errors import ConfigError, require_int
-from topology.hardware import GPU_PRESETS, GPUSpec, get_gpu
+from trainsim.operators.errors import ConfigError, check_number, require_int
+from trainsim.topology.hardware import GPU_PRESETS, GPUSpec, get_gpu
 
 DEFAULT_INTRA_LATENCY_S = 4e-6
 DEFAULT_INTER_LATENCY_S = 8e-6
@@ -76,12 +76,7 @@ class ClusterSpec:
 
 
 def _require_number(field: str, value: object, positive: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(field, f"must be a finite number, got {value!r}")
-    if positive and not value > 0:
-        raise ConfigError(field, f"must be positive, got {value!r}")
-    if value < 0:
-        raise ConfigError(field, f"must not be negative, got {value!r}")
+    check_number(field, value, positive=positive, minimum=None if positive else 0)
 
 
 _GBIT = 1e9 / 8  # bytes/s in one Gb/s

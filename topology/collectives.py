@@ -34,8 +34,8 @@ Perlmutter samples show 1-3 GB/s effective across nodes).
 
 from __future__ import annotations
 
-from operators.ops import Collective, CollKind
-from topology.cluster import ClusterSpec
+from trainsim.operators.ops import Collective, CollKind
+from trainsim.topology.cluster import ClusterSpec
 
 
 def _check_fits(cluster: ClusterSpec, coll: Collective) -> None:

@@ -38,10 +38,10 @@ from collections.abc import Sequence
 
 import networkx as nx
 
-from operators.errors import ConfigError
-from operators.ops import CollKind
-from topology.cluster import ClusterSpec
-from topology.placement import Placement
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.ops import CollKind
+from trainsim.topology.cluster import ClusterSpec
+from trainsim.topology.placement import Placement
 
 
 def rail_nics(cluster: ClusterSpec, local_index: int) -> tuple[tuple[int, float], ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from operators.errors import ConfigError, require_positive
+from trainsim.operators.errors import ConfigError, require_positive
 
 
 @dataclass(frozen=True)

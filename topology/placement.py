@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 
-from operators.errors import ConfigError
-from operators.spec import Parallelism
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.spec import Parallelism
 
 
 class Placement:

@@ -49,11 +49,11 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository's packages importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from operators.errors import ConfigError  # noqa: E402
-from operators.partition import padded_vocab, partition_encoders  # noqa: E402
-from operators.spec import Parallelism  # noqa: E402
-from sim.schedule import one_f_one_b  # noqa: E402
-from topology.placement import Placement  # noqa: E402
+from trainsim.operators.errors import ConfigError  # noqa: E402
+from trainsim.operators.partition import padded_vocab, partition_encoders  # noqa: E402
+from trainsim.operators.spec import Parallelism  # noqa: E402
+from trainsim.sim.schedule import one_f_one_b  # noqa: E402
+from trainsim.topology.placement import Placement  # noqa: E402
 
 COLUMNS = ("layout", "pp", "mp", "dp", "hidden", "heads", "layers", "seq", "micro_batch", "micro_batches",
            "recompute", "min_s", "median_s", "max_mem_gib", "device", "torch", "vocab")
@@ -498,7 +498,7 @@ def shard_dim(name: str) -> int | None:
 
 
 def _setup(cfg: Config, backend: str):
-    from calibration.collectives_bench import ensure_multicast_off
+    from trainsim.calibration.collectives_bench import ensure_multicast_off
 
     ensure_multicast_off()
     import torch

@@ -13,7 +13,7 @@ import csv
 import sys
 from pathlib import Path
 
-from operators import ConfigError
+from trainsim.operators import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def read_configs(path: str, vocab: int = 50432) -> list:
     """Validation-style configurations as (ModelSpec, TrainingSpec(framework=hf), Parallelism())."""
-    from operators import ModelSpec, Parallelism, TrainingSpec
+    from trainsim.operators import ModelSpec, Parallelism, TrainingSpec
 
     try:
         fh = open(path, newline="")
@@ -61,7 +61,7 @@ def read_configs(path: str, vocab: int = 50432) -> list:
 
 
 def run(args: argparse.Namespace) -> int:
-    from calibration.sampling import config_ops, parse_kinds, sampling_plan
+    from trainsim.calibration.sampling import config_ops, parse_kinds, sampling_plan
 
     for name in ("budget", "points", "warmup", "iters"):
         value = getattr(args, name)
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     plan = sampling_plan(kinds, budget=args.budget, seed=args.seed, include=include,
                          max_bytes=args.max_gib * 2**30, points=args.points)
 
-    from calibration.harness import TorchUnavailable, make_env, run_plan
+    from trainsim.calibration.harness import TorchUnavailable, make_env, run_plan
 
     try:
         env = make_env(args.device, args.precision, args.seed)

@@ -14,7 +14,7 @@ import subprocess
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from calibration.collectives_bench import add_arguments
+    from trainsim.calibration.collectives_bench import add_arguments
 
     p = sub.add_parser("calibrate-collectives", help="(also `calibrate collectives`) NCCL all-reduce, all-gather, "
                                                      "reduce-scatter and P2P samples on this host's GPUs")
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from calibration import collectives_bench as bench
+    from trainsim.calibration import collectives_bench as bench
 
     if "WORLD_SIZE" in os.environ:  # a torchrun worker
         return bench.run(args)

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from operators import ConfigError
+from trainsim.operators import ConfigError
 
 
 def add_scenario_args(p: argparse.ArgumentParser) -> None:
@@ -26,7 +26,7 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
 
 
 def load(args: argparse.Namespace):  # -> Scenario; imported lazily to keep --help fast
-    from scenarios.schema import load_scenario
+    from trainsim.scenarios.schema import load_scenario
 
     return load_scenario(args.scenario, args.overrides)
 

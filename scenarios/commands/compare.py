@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from scenarios.commands.common import add_scenario_args, fmt_s, load, print_json, warn
+from trainsim.scenarios.commands.common import add_scenario_args, fmt_s, load, print_json, warn
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,8 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scenarios.compose import predict
-    from sim.compare import compare
+    from trainsim.scenarios.compose import predict
+    from trainsim.sim.compare import compare
 
     pred = predict(load(args), reference_data=args.reference_data, cache_dir=args.cache_dir)
     warn(pred.warnings)

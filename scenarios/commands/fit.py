@@ -18,9 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from calibration import load_profile
-    from operators import ConfigError
-    from scenarios.commands.profile import show
+    from trainsim.calibration import load_profile
+    from trainsim.operators import ConfigError
+    from trainsim.scenarios.commands.profile import show
 
     if not Path(args.samples).is_dir():
         raise ConfigError(args.samples, "no such samples folder")

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from operators import ConfigError
-from scenarios.commands.common import add_scenario_args, check_writable, fmt_s, load, print_json, warn, write_atomic
+from trainsim.operators import ConfigError
+from trainsim.scenarios.commands.common import add_scenario_args, check_writable, fmt_s, load, print_json, warn, write_atomic
 
 SOURCE_LABELS = {"mp": "MP transfer noise", "pp": "PP transfer noise", "dp": "DP transfer noise",
                  "compute": "compute noise + stragglers", "congestion": "link congestion (all traffic)"}
@@ -50,9 +50,9 @@ def run(args: argparse.Namespace) -> int:
     if args.backend == "dask" and not args.scheduler:
         raise ConfigError("--scheduler", "--backend dask needs --scheduler ADDRESS (e.g. tcp://127.0.0.1:8786)")
 
-    from scenarios.compose import predict
-    from scenarios.montecarlo import run_monte_carlo
-    from sim.jitter import parse_jitter
+    from trainsim.scenarios.compose import predict
+    from trainsim.scenarios.montecarlo import run_monte_carlo
+    from trainsim.sim.jitter import parse_jitter
 
     scenario = load(args)
     jitter = parse_jitter(scenario.simulation.jitter)
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     mode = scenario.simulation.mode
     if jitter is not None and mode != "realistic":
         raise ConfigError("simulation.mode", "jitter needs the realistic mode; the ideal mode follows Eq. 7")
-    from scenarios.commands.run import scenario_simulator
+    from trainsim.scenarios.commands.run import scenario_simulator
 
     res = run_monte_carlo(pred.costs, scenario.cluster, jitter, args.n, seed=seed, jobs=args.jobs,
                           simulate=scenario_simulator(scenario),
@@ -131,16 +131,16 @@ def run_fit(args: argparse.Namespace) -> int:
     times_path, scenario_name = args.fit_args
     out = check_writable(args.out, "--out") if args.out else None
 
-    from scenarios.compose import predict
-    from scenarios.jitter_fit import fit_jitter, read_times, snippet
-    from scenarios.schema import load_scenario
+    from trainsim.scenarios.compose import predict
+    from trainsim.scenarios.jitter_fit import fit_jitter, read_times, snippet
+    from trainsim.scenarios.schema import load_scenario
 
     times = read_times(times_path)
     scenario = load_scenario(scenario_name, args.overrides)
     pred = predict(scenario, reference_data=args.reference_data, cache_dir=args.cache_dir)
     warn(pred.warnings)
     seed = scenario.simulation.seed if args.seed is None else args.seed
-    from scenarios.commands.run import scenario_simulator
+    from trainsim.scenarios.commands.run import scenario_simulator
 
     fit = fit_jitter(times, pred.costs, scenario.cluster, scenario.simulation.jitter, seed=seed, jobs=args.jobs,
                      simulate=scenario_simulator(scenario))

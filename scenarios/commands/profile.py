@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from calibration import load_profile
+    from trainsim.calibration import load_profile
 
     profile = load_profile(args.name, reference_dir=args.reference_data, cache_dir=args.cache_dir)
     show(profile, args.json)
@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
 
 def show(profile, as_json: bool) -> None:
     """Print a fitted profile's per-regressor model selection."""
-    from scenarios.commands.common import print_json
+    from trainsim.scenarios.commands.common import print_json
 
     rows = profile.selection_report()
     quirks = list(getattr(profile, "quirks", []) or [])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from scenarios.commands.common import add_scenario_args, check_writable, fmt_s, load, print_json, warn, write_atomic
+from trainsim.scenarios.commands.common import add_scenario_args, check_writable, fmt_s, load, print_json, warn, write_atomic
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +21,7 @@ def scenario_simulator(scenario):
     """``sim.engine.simulate`` with the scenario's schedule and DP-overlap choice bound (picklable)."""
     import functools
 
-    from sim.engine import simulate
+    from trainsim.sim.engine import simulate
 
     return functools.partial(simulate, schedule=scenario.parallelism.schedule,
                              overlap_dp=scenario.simulation.overlap_dp)
@@ -29,7 +29,7 @@ def scenario_simulator(scenario):
 
 def simulate_scenario(pred, *, ideal: bool = False, record: bool = False):
     """Simulate a prediction's scenario once, its jitter included (run, sweep, validate --measured-3d)."""
-    from sim.jitter import parse_jitter
+    from trainsim.sim.jitter import parse_jitter
 
     sc = pred.scenario
     mode = "ideal" if ideal else sc.simulation.mode
@@ -39,7 +39,7 @@ def simulate_scenario(pred, *, ideal: bool = False, record: bool = False):
 
 
 def run(args: argparse.Namespace) -> int:
-    from scenarios.compose import predict
+    from trainsim.scenarios.compose import predict
 
     outputs = {opt: check_writable(path, f"--{opt}") for opt, path in
                (("trace", args.trace), ("plot", args.plot), ("breakdown", args.breakdown)) if path}
@@ -47,15 +47,15 @@ def run(args: argparse.Namespace) -> int:
     warn(pred.warnings)
     result = simulate_scenario(pred, ideal=args.ideal, record=bool(args.trace or args.plot))
     if "trace" in outputs:
-        from scenarios.trace import write_chrome_trace
+        from trainsim.scenarios.trace import write_chrome_trace
 
         write_atomic(outputs["trace"], lambda tmp: write_chrome_trace(result, tmp))
     if "plot" in outputs:
-        from scenarios.plots import plot_timeline
+        from trainsim.scenarios.plots import plot_timeline
 
         write_atomic(outputs["plot"], lambda tmp: plot_timeline(result, tmp))
     if "breakdown" in outputs:
-        from scenarios.plots import plot_breakdown
+        from trainsim.scenarios.plots import plot_breakdown
 
         write_atomic(outputs["breakdown"], lambda tmp: plot_breakdown(
             result.breakdown, tmp, title=f"{pred.scenario.name}: critical stage replica"))

@@ -14,8 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import yaml
 
-    from scenarios.commands.common import print_json
-    from scenarios.schema import BUNDLED_DIR, bundled_names
+    from trainsim.scenarios.commands.common import print_json
+    from trainsim.scenarios.schema import BUNDLED_DIR, bundled_names
 
     rows = []
     for name in bundled_names():

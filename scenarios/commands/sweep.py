@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from operators import ConfigError
-from scenarios.commands.common import add_scenario_args, fmt_s, load, print_json
+from trainsim.operators import ConfigError
+from trainsim.scenarios.commands.common import add_scenario_args, fmt_s, load, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,11 +46,11 @@ def layouts(gpus: int, pps: list[int], mps: list[int]) -> list[tuple[int, int, i
 
 
 def run(args: argparse.Namespace) -> int:
-    from operators.memory import memory_per_gpu
-    from operators.spec import check_model_fits
-    from scenarios.commands.run import simulate_scenario
-    from scenarios.compose import predict
-    from scenarios.schema import Scenario
+    from trainsim.operators.memory import memory_per_gpu
+    from trainsim.operators.spec import check_model_fits
+    from trainsim.scenarios.commands.run import simulate_scenario
+    from trainsim.scenarios.compose import predict
+    from trainsim.scenarios.schema import Scenario
 
     if args.top < 1:
         raise ConfigError("--top", f"must be positive, got {args.top}")

@@ -14,7 +14,7 @@ import csv
 import json
 from pathlib import Path
 
-from operators import ConfigError
+from trainsim.operators import ConfigError
 
 DEFAULT_MEASURED = Path(__file__).resolve().parents[2] / "validation" / "measured_h100.csv"
 SHAPE_KEYS = {"hidden": "model.hidden", "heads": "model.heads", "layers": "model.layers",
@@ -57,9 +57,9 @@ def read_measured(path: str) -> list[dict[str, str]]:
 
 
 def predict_row(row: dict[str, str], scenario: str, extra: list[str], cache_dir: str | None) -> dict:
-    from operators.memory import memory_per_gpu
-    from scenarios.compose import predict
-    from scenarios.schema import load_scenario
+    from trainsim.operators.memory import memory_per_gpu
+    from trainsim.scenarios.compose import predict
+    from trainsim.scenarios.schema import load_scenario
 
     overrides = [f"{key}={row[col]}" for col, key in SHAPE_KEYS.items() if row.get(col)] + list(extra)
     sc = load_scenario(scenario, overrides)
@@ -111,8 +111,8 @@ def render(results: list[dict], summary: dict) -> str:
 
 
 def run_3d(args: argparse.Namespace) -> int:
-    from scenarios import compare_3d
-    from scenarios.commands.common import print_json
+    from trainsim.scenarios import compare_3d
+    from trainsim.scenarios.commands.common import print_json
 
     table = compare_3d.rows(args.measured_3d, args.profile_3d, args.host_gpus, cluster=args.cluster_3d)
     if args.json:
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         return run_3d(args)
     rows = read_measured(args.measured)
     if args.out is not None:
-        from scenarios.commands.common import check_writable
+        from trainsim.scenarios.commands.common import check_writable
 
         check_writable(args.out, "--out")
     with warnings.catch_warnings():
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out)
         body = json.dumps({"summary": summary, "configurations": results}, indent=2) if out.suffix == ".json" \
             else render(results, summary)
-        from scenarios.commands.common import write_atomic
+        from trainsim.scenarios.commands.common import write_atomic
 
         write_atomic(out, lambda tmp: Path(tmp).write_text(body + "\n"))
     return 0
