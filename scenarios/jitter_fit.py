@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 import yaml
-
 from trainsim.operators.errors import ConfigError
 from trainsim.scenarios.montecarlo import run_monte_carlo
 from trainsim.sim.jitter import FIELD, JITTER_PRESETS, Jitter, parse_jitter

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
 from trainsim.operators.errors import ConfigError
 from trainsim.sim.costs import IterationCosts
 from trainsim.sim.jitter import Jitter

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from trainsim.operators import Collective, CollKind, Direction, DurationModel, Op, StagePlan, TrainingSpec
 from trainsim.operators.errors import ConfigError
 from trainsim.operators.spec import Parallelism

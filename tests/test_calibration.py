@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import trainsim.calibration.profile as profile_mod
 from trainsim.calibration.forest import TreeEnsemble, from_fitted
 from trainsim.calibration.profile import ExtrapolationWarning, FittedProfile, fit_profile, load_profile
@@ -163,7 +162,6 @@ def _xy(n=300, seed=0):
 
 def test_operator_regressor_contract_and_reproducibility():
     from sklearn.base import clone
-
     from trainsim.calibration.select import OperatorRegressor
 
     X, y = _xy()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from trainsim.operators import ModelSpec, Parallelism, TrainingSpec, build_stage_plans
 from trainsim.operators.memory import GIB, memory_per_gpu
 

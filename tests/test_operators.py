@@ -3,7 +3,6 @@
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from trainsim.operators import (
     MODEL_PRESETS,
     ConfigError,

@@ -10,7 +10,6 @@ own times; the attribution adds up to the difference.
 """
 
 import pytest
-
 from trainsim.sim.compare import compare
 from trainsim.sim.engine import SimOptions, simulate
 

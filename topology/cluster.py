@@ -12,7 +12,6 @@ They matter only for small messages.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 

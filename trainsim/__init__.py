@@ -48,7 +48,10 @@ if TYPE_CHECKING:  # pragma: no cover
         sweep,
     )
 
-__all__ = [*_API, "__version__"]
+__all__ = [
+    "ConfigError", "MonteCarlo", "Prediction", "Scenario", "Simulation", "Sweep", "__version__", "load_scenario",
+    "monte_carlo", "predict", "simulate", "sweep",
+]
 
 
 def __getattr__(name: str) -> Any:

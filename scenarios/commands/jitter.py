@@ -13,7 +13,15 @@ import argparse
 import sys
 
 from trainsim.operators import ConfigError
-from trainsim.scenarios.commands.common import add_scenario_args, check_writable, fmt_s, load, print_json, warn, write_atomic
+from trainsim.scenarios.commands.common import (
+    add_scenario_args,
+    check_writable,
+    fmt_s,
+    load,
+    print_json,
+    warn,
+    write_atomic,
+)
 
 SOURCE_LABELS = {"mp": "MP transfer noise", "pp": "PP transfer noise", "dp": "DP transfer noise",
                  "compute": "compute noise + stragglers", "congestion": "link congestion (all traffic)"}

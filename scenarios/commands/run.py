@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from trainsim.scenarios.commands.common import add_scenario_args, check_writable, fmt_s, load, print_json, warn, write_atomic
+from trainsim.scenarios.commands.common import (
+    add_scenario_args,
+    check_writable,
+    fmt_s,
+    load,
+    print_json,
+    warn,
+    write_atomic,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
