@@ -158,6 +158,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mem-fraction", type=float, default=0.6,
                    help="skip sizes whose buffers need more than this share of free GPU memory")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-q", "--quiet", action="store_true", help="no per-task progress lines (errors still print)")
 
 
 def _parse_ints(text: str, field: str) -> list[int]:
@@ -299,6 +300,11 @@ def _meta(torch, dist, device, args, world: int, backend: str) -> dict:
     return meta
 
 
+def _elapsed(t0: float) -> str:
+    s = int(time.monotonic() - t0)
+    return f"{s} s" if s < 90 else f"{s // 60} min {s % 60:02d} s"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="trainsim calibrate collectives", description=__doc__.splitlines()[0])
     add_arguments(p)
@@ -361,7 +367,7 @@ def run(args: argparse.Namespace) -> int:
         dist.broadcast_object_list(box, src=0)  # every rank walks the same task list
         if CollKind.P2P in kinds and world % 2:
             kinds = [k for k in kinds if k is not CollKind.P2P]
-            if rank == 0:
+            if rank == 0 and not getattr(args, "quiet", False):
                 print(f"p2p skipped: it pairs ranks (2i, 2i+1) and the world ({world}) is odd", file=sys.stderr)
         tasks = plan(kinds, sizes, groups, args.iters, box[0])
         free = None
@@ -372,6 +378,7 @@ def run(args: argparse.Namespace) -> int:
             free = int(t.item())
         elem = 2
         skipped = 0
+        t_start = time.monotonic()
         for i, task in enumerate(tasks):
             if not _fits(task, elem, free, args.mem_fraction):
                 skipped += 1
@@ -383,11 +390,13 @@ def run(args: argparse.Namespace) -> int:
                 for j, us in enumerate(times):
                     writer.append_collective(CollectiveSample(coll, us, task.start_iteration + j))
                 med = sorted(times)[len(times) // 2]
-                print(f"[{i + 1}/{len(tasks)}] {task.kind.value:14} group {task.group} "
-                      f"{2 * task.entries:>12,d} B  median {med:10.1f} us", flush=True)
+                if not getattr(args, "quiet", False):  # progress: one line per task on stderr
+                    print(f"trainsim: collectives: [{i + 1}/{len(tasks)}] {task.kind.value:14} group {task.group} "
+                          f"{2 * task.entries:>12,d} B  median {med:10.1f} us, {_elapsed(t_start)} elapsed",
+                          file=sys.stderr, flush=True)
             if use_cuda:
                 torch.cuda.empty_cache()
-        if rank == 0 and skipped:
+        if rank == 0 and skipped and not getattr(args, "quiet", False):
             print(f"skipped {skipped} tasks whose buffers exceed {args.mem_fraction:.0%} of free memory",
                   file=sys.stderr)
         dist.barrier()

@@ -444,6 +444,19 @@ def measure(op: Op, direction: Direction, env: Env, warmup: int = WARMUP, iters:
             env.torch.cuda.empty_cache()
 
 
+def pending(plan: Sequence[tuple[Op, Direction]], out_dir: str | Path) -> list[tuple[Op, Direction]]:
+    """The (op, direction) pairs of ``plan`` (duplicates once) not yet measured into ``out_dir``."""
+    done = _measured(out_dir)
+    return [(o, d) for o, d in dict.fromkeys(plan) if (o, d) not in done]
+
+
+def _measured(out_dir: str | Path) -> set[tuple[Op, Direction]]:
+    from trainsim.calibration.samples import COMPUTE_FILE, read_compute
+
+    path = Path(out_dir) / COMPUTE_FILE
+    return {(s.op, s.direction) for s in read_compute(path)} if path.exists() else set()
+
+
 def run_plan(
     plan: Sequence[tuple[Op, Direction]],
     out_dir: str | Path,
@@ -453,20 +466,20 @@ def run_plan(
     warmup: int = WARMUP,
     iters: int = ITERS,
     on_sample: Callable[[int], None] | None = None,
-    progress: bool | None = None,
+    progress: Callable[[int], None] | None = None,
     extra_meta: dict | None = None,
 ) -> dict:
     """Measure every (op, direction) of ``plan`` not yet in ``out_dir``; append each as measured.
 
     Returns counts: ``measured``, ``skipped`` (already present), ``failed`` (out of memory),
     ``remaining`` (left when the time budget ran out). ``on_sample(k)`` is called after
-    the k-th new sample is written (tests use it to interrupt a run).
+    the k-th new sample is written (tests use it to interrupt a run); ``progress(1)`` after
+    each attempted sample, measured or out of memory (``len(pending(plan, out_dir))`` in all).
     """
     from trainsim.calibration.samples import ComputeSample, SampleWriter, read_meta
 
     out = Path(out_dir)
     writer = SampleWriter(out)
-    done = {(s.op, s.direction) for s in writer.done_compute()}
     meta_path = out / "meta.json"
     meta = read_meta(meta_path) if meta_path.exists() else {}
     if meta.get("precision") not in (None, precision):
@@ -476,35 +489,32 @@ def run_plan(
     meta.setdefault("started", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     writer.write_meta(meta)
 
+    done = _measured(out)
     todo = [(o, d) for o, d in dict.fromkeys(plan) if (o, d) not in done]
     stats = {"measured": 0, "skipped": len(plan) - len(todo), "failed": 0, "remaining": 0}
+    report = progress if callable(progress) else None  # a bool (the former tqdm switch) reports nothing
     t0 = time.monotonic()
-    if progress is None:
-        progress = sys.stderr.isatty()
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(todo), disable=not progress, unit="sample", dynamic_ncols=True)
     torch = env.torch
     try:
         for n, (op, direction) in enumerate(todo):
             if time_budget_s is not None and time.monotonic() - t0 > time_budget_s:
                 stats["remaining"] = len(todo) - n
                 break
-            bar.set_postfix_str(f"{op.kind.value} {direction.value}", refresh=False)
             try:
                 us = measure(op, direction, env, warmup, iters)
             except torch.OutOfMemoryError:
                 stats["failed"] += 1
                 torch.cuda.empty_cache()
-                bar.update(1)
+                if report is not None:
+                    report(1)
                 continue
             writer.append_compute(ComputeSample(op, direction, max(us, 1e-3)))
             stats["measured"] += 1
-            bar.update(1)
+            if report is not None:
+                report(1)
             if on_sample is not None:
                 on_sample(stats["measured"])
     finally:
-        bar.close()
         meta["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         meta["samples"] = len(done) + stats["measured"]
         writer.write_meta(meta)

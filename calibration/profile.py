@@ -29,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
+
 from trainsim.calibration.forest import TreeEnsemble
 from trainsim.calibration.roofline import RooflineProfile
 from trainsim.calibration.samples import (

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
 from trainsim.operators.errors import ConfigError, require_positive
 from trainsim.operators.ops import Collective, Direction, Op, bytes_moved, flops
 

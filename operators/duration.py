@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
 from trainsim.operators.ops import Collective, Direction, Op
 
 

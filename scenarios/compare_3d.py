@@ -14,7 +14,7 @@ each layout, builds the scenario that describes that run:
 * profile: ``profile_name`` (a measured ``h200-...`` profile once one exists).
 
 and returns the closed form (:func:`scenarios.compose.predict`), the simulation
-(:func:`scenarios.commands.run.simulate_scenario`) and the measured minimum with the
+(:func:`trainsim.scenarios.compose.simulate_prediction`) and the measured minimum with the
 relative errors. ``trainsim validate --measured-3d CSV --profile-3d NAME`` prints the table.
 """
 
@@ -90,8 +90,8 @@ def _err(pred: float, meas: float) -> float:
 def rows(measured_csv: str | os.PathLike = DEFAULT_CSV, profile_name: str = "h200-sxm-bf16",
          host_gpus: int | None = None, reference_data: str | None = None, cluster: str = "dgx-h200") -> list[dict]:
     """One dict per measured layout: closed form, simulated and measured seconds, errors in percent."""
-    from trainsim.scenarios.commands.run import simulate_scenario
     from trainsim.scenarios.compose import predict
+    from trainsim.scenarios.compose import simulate_prediction as simulate_scenario
     from trainsim.scenarios.schema import scenario_from_mapping
 
     out = []

@@ -6,14 +6,18 @@ This is the only place that wires operators, topology, calibration and sim toget
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainsim.operators import ConfigError, DurationModel, StagePlan, build_stage_plans
 from trainsim.scenarios.schema import Scenario
 from trainsim.sim.costs import IterationCosts, build_costs
 from trainsim.sim.eq7 import Eq7Result, eq7
 from trainsim.topology import GPU_PRESETS
+
+if TYPE_CHECKING:  # the engine imports simpy: not for `trainsim predict`
+    from trainsim.sim.engine import SimResult
 
 _PROFILE_CACHE: dict[tuple[str, str | None, str | None], DurationModel] = {}
 
@@ -74,6 +78,15 @@ class Prediction:
     def tokens_per_s(self, iteration_s: float) -> float:
         return self.scenario.tokens_per_iteration / iteration_s
 
+    @property
+    def iteration_s(self) -> float:
+        """Eq. 7's iteration time (s)."""
+        return self.eq7.iteration_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything ``trainsim predict --json`` prints (JSON-ready)."""
+        return self.to_json()
+
     def to_json(self) -> dict[str, Any]:
         sc, e = self.scenario, self.eq7
         par, tr = sc.parallelism, sc.training
@@ -124,3 +137,29 @@ def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: st
                     f"(`trainsim profile show {name}` lists them)")
     msgs = tuple(dict.fromkeys(msgs))
     return Prediction(scenario, plans, costs, eq7(costs), getattr(model, "name", scenario.profile.name), msgs)
+
+
+def scenario_simulator(scenario: Scenario) -> Callable[..., SimResult]:
+    """``sim.engine.simulate`` with the scenario's schedule and DP-overlap choice bound (picklable,
+    so Monte Carlo workers and jitter fits simulate exactly what ``simulate_prediction`` does)."""
+    import functools
+
+    from trainsim.sim.engine import simulate
+
+    return functools.partial(simulate, schedule=scenario.parallelism.schedule,
+                             overlap_dp=scenario.simulation.overlap_dp)
+
+
+def simulate_prediction(pred: Prediction, *, ideal: bool = False, record: Any = False) -> SimResult:
+    """Simulate a prediction's scenario once, with its mode, seed, schedule, DP overlap and jitter.
+
+    ``record``: ``False``, ``True`` (every span) or a collection of ``(stage, replica)`` pairs whose
+    tracks are kept (see :func:`trainsim.sim.engine.simulate`).
+    """
+    from trainsim.sim.jitter import parse_jitter
+
+    sc = pred.scenario
+    mode = "ideal" if ideal else sc.simulation.mode
+    perturb = parse_jitter(sc.simulation.jitter) if mode == "realistic" else None
+    return scenario_simulator(sc)(pred.costs, sc.cluster, mode=mode, seed=sc.simulation.seed, perturb=perturb,
+                                  record=record, tokens_per_iteration=sc.tokens_per_iteration)

@@ -21,21 +21,27 @@ from __future__ import annotations
 import copy
 import csv
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
+
 from trainsim.operators.errors import ConfigError
 from trainsim.scenarios.montecarlo import run_monte_carlo
+from trainsim.scenarios.progress import ProgressCallback
+from trainsim.sim.costs import IterationCosts
 from trainsim.sim.jitter import FIELD, JITTER_PRESETS, Jitter, parse_jitter
+from trainsim.topology import ClusterSpec
 
 QUANTILES = (10, 25, 75, 90, 95)
 SIGMA_GRID = (0.0, 0.1, 0.2, 0.35, 0.5)
 DUTY_GRID = (0.0, 0.1, 0.25, 0.4, 0.6)
 MAX_SIGMA, MAX_DUTY = 1.0, 0.9
 MIN_TIMES = 20
+NM_MAXITER = 40
 
 
 def read_times(path: str) -> np.ndarray:
@@ -136,16 +142,27 @@ def _base_mapping(raw: Any) -> dict[str, Any]:
     return base
 
 
-def fit_jitter(times: np.ndarray, costs, cluster, raw_jitter: Any = None, *, seed: int = 0, jobs: int = 1,
-               n_sim: int | None = None, simulate=None) -> FitResult:
-    """Fit NIC sigma and congestion duty (see module doc) to ``times`` (seconds)."""
+def sims_per_candidate(n_times: int, n_sim: int | None = None) -> int:
+    """Iterations simulated for each candidate (sigma, duty): ``n_sim``, else the times' count in [100, 300]."""
+    return int(n_sim or min(max(n_times, 100), 300))
+
+
+def fit_jitter(times: np.ndarray, costs: IterationCosts, cluster: ClusterSpec, raw_jitter: Any = None, *,
+               seed: int = 0, jobs: int = 1, n_sim: int | None = None, simulate: Callable[..., Any] | None = None,
+               progress: ProgressCallback | None = None) -> FitResult:
+    """Fit NIC sigma and congestion duty (see module doc) to ``times`` (seconds).
+
+    ``progress(k)``: k more simulated iterations done. The grid costs 25 x
+    :func:`sims_per_candidate` of them; how many Nelder-Mead adds depends on the data
+    (typically 10-40 more candidates), so the total is not known in advance.
+    """
     from scipy.optimize import minimize
 
     times = np.asarray(times, dtype=float)
     base = _base_mapping(raw_jitter)
     nic = base["congestion"]["nic"]
     target = statistics(times)
-    n = int(n_sim or min(max(times.size, 100), 300))
+    n = sims_per_candidate(times.size, n_sim)
     cache: dict[tuple[float, float], tuple[float, np.ndarray]] = {}
 
     def evaluate(sigma: float, duty: float) -> float:
@@ -153,7 +170,7 @@ def fit_jitter(times: np.ndarray, costs, cluster, raw_jitter: Any = None, *, see
         if key not in cache:
             jit = parse_jitter({k: v for k, v in _candidate(base, *key).items()})
             res = run_monte_carlo(costs, cluster, jit, n, seed=seed, jobs=jobs, share_samples=0,
-                                  simulate=simulate)
+                                  simulate=simulate, progress=progress)
             st = statistics(res.samples_s)
             cache[key] = (float(np.sum((st - target) ** 2)), st)
         return cache[key][0]
@@ -167,7 +184,7 @@ def fit_jitter(times: np.ndarray, costs, cluster, raw_jitter: Any = None, *, see
         return evaluate(s, d)
 
     opt = minimize(objective, np.array(best, dtype=float), method="Nelder-Mead",
-                   options={"xatol": 0.005, "fatol": 1e-7, "maxiter": 40,
+                   options={"xatol": 0.005, "fatol": 1e-7, "maxiter": NM_MAXITER,
                             "initial_simplex": np.array([best, (best[0] + 0.05, best[1]),
                                                          (best[0], best[1] + 0.05)])})
     sigma, duty = (float(v) for v in opt.x)

@@ -22,13 +22,14 @@ Congestion is its own source: an episode slows every kind of traffic on its link
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from trainsim.operators.errors import ConfigError
+from trainsim.scenarios.progress import Progress, ProgressCallback
 from trainsim.sim.costs import IterationCosts
 from trainsim.sim.jitter import Jitter
 from trainsim.topology import ClusterSpec
@@ -132,37 +133,37 @@ def _chunks(seeds: list[int], jobs: int) -> list[list[int]]:
     return [seeds[i:i + size] for i in range(0, len(seeds), size)]
 
 
-def _progress(total: int, enabled: bool, desc: str):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="it", disable=not (enabled and sys.stderr.isatty()), leave=False)
+def _no_progress(n: int) -> None:
+    pass
 
 
-def _execute(tasks: list[tuple[Jitter | None, list[int]]], *, simulate, costs, cluster, mode: str, jobs: int,
-             backend: str, scheduler: Any, progress: bool) -> list[np.ndarray]:
-    """Run (jitter, seeds) tasks; results in task order."""
-    total = sum(len(s) for _, s in tasks)
-    with _progress(total, progress, "jitter") as bar:
-        if backend == "dask":
-            return _execute_dask(tasks, simulate, costs, cluster, mode, scheduler, bar)
-        if jobs == 1:
-            out = []
-            for jit, seeds in tasks:
-                out.append(_run_chunk(simulate, costs, cluster, jit, seeds, mode))
-                bar.update(len(seeds))
-            return out
-        from joblib import Parallel, delayed
-
-        par = Parallel(n_jobs=jobs, backend="loky", return_as="generator")
+def _execute(tasks: list[tuple[Jitter | None, list[int]]], *, simulate: Callable[..., Any], costs: IterationCosts,
+             cluster: ClusterSpec, mode: str, jobs: int, backend: str, scheduler: Any,
+             progress: ProgressCallback | None) -> list[np.ndarray]:
+    """Run (jitter, seeds) tasks; results in task order. ``progress(k)`` after each finished chunk of k seeds."""
+    done = progress or _no_progress
+    if backend == "dask":
+        return _execute_dask(tasks, simulate, costs, cluster, mode, scheduler, done)
+    if jobs == 1:
         out = []
-        for (_, seeds), res in zip(tasks, par(delayed(_run_chunk)(simulate, costs, cluster, jit, seeds, mode)
-                                              for jit, seeds in tasks), strict=True):
-            out.append(res)
-            bar.update(len(seeds))
+        for jit, seeds in tasks:
+            out.append(_run_chunk(simulate, costs, cluster, jit, seeds, mode))
+            done(len(seeds))
         return out
+    from joblib import Parallel, delayed
+
+    par = Parallel(n_jobs=jobs, backend="loky", return_as="generator")
+    out = []
+    for (_, seeds), res in zip(tasks, par(delayed(_run_chunk)(simulate, costs, cluster, jit, seeds, mode)
+                                          for jit, seeds in tasks), strict=True):
+        out.append(res)
+        done(len(seeds))
+    return out
 
 
-def _execute_dask(tasks, simulate, costs, cluster, mode, scheduler, bar) -> list[np.ndarray]:
+def _execute_dask(tasks: list[tuple[Jitter | None, list[int]]], simulate: Callable[..., Any],
+                  costs: IterationCosts, cluster: ClusterSpec, mode: str, scheduler: Any,
+                  done: ProgressCallback) -> list[np.ndarray]:
     try:
         from distributed import Client, as_completed
     except ImportError:  # pragma: no cover - optional dependency
@@ -184,19 +185,35 @@ def _execute_dask(tasks, simulate, costs, cluster, mode, scheduler, bar) -> list
         for fut in as_completed(futures):
             i = index[fut.key]
             out[i] = fut.result()
-            bar.update(len(tasks[i][1]))
+            done(len(tasks[i][1]))
         return out  # type: ignore[return-value]
     finally:
         if own:
             client.close()
 
 
+def _ablation(jitter: Jitter | None, n: int, share_samples: int | None) -> tuple[int, tuple[str, ...]]:
+    """(seeds re-run per source, the sources) of the per-kind-share ablation."""
+    if jitter is None:
+        return 0, ()
+    n_share = min(n, DEFAULT_SHARE_SAMPLES if share_samples is None else max(0, share_samples))
+    return n_share, (jitter.sources() if n_share else ())
+
+
+def monte_carlo_total(jitter: Jitter | None, n: int, share_samples: int | None = None) -> int:
+    """Simulations :func:`run_monte_carlo` reports through ``progress``: ``n`` + shares x sources."""
+    n_share, sources = _ablation(jitter, n, share_samples)
+    return n + n_share * len(sources)
+
+
 def run_monte_carlo(costs: IterationCosts, cluster: ClusterSpec, jitter: Jitter | None, n: int, seed: int = 0,
-                    jobs: int = 1, backend: str = "joblib", scheduler: Any = None, progress: bool = False,
+                    jobs: int = 1, backend: str = "joblib", scheduler: Any = None,
+                    progress: ProgressCallback | None = None,
                     simulate: Callable[..., Any] | None = None, mode: str = "realistic",
                     share_samples: int | None = None) -> MonteCarloResult:
     """``n`` jittered iterations (see module doc). ``share_samples``: seeds re-run per source for the
-    per-kind shares (default min(n, 200); 0 skips the ablation)."""
+    per-kind shares (default min(n, 200); 0 skips the ablation). ``progress(k)`` is called as each chunk
+    of ``k`` simulations finishes (ablation runs included): :func:`monte_carlo_total` simulations in all."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError("-n", f"the number of samples must be a positive integer, got {n!r}")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
@@ -212,11 +229,7 @@ def run_monte_carlo(costs: IterationCosts, cluster: ClusterSpec, jitter: Jitter 
     det = simulate(costs, cluster, mode=mode, seed=seed, perturb=None).iteration_s
 
     seeds = child_seeds(seed, n)
-    n_share = 0
-    sources: tuple[str, ...] = ()
-    if jitter is not None:
-        n_share = min(n, DEFAULT_SHARE_SAMPLES if share_samples is None else max(0, share_samples))
-        sources = jitter.sources() if n_share else ()
+    n_share, sources = _ablation(jitter, n, share_samples)
     variants: list[tuple[str, Jitter | None]] = [("all", jitter)]
     variants += [(s, jitter.only(s)) for s in sources] if jitter is not None else []
 
@@ -227,8 +240,16 @@ def run_monte_carlo(costs: IterationCosts, cluster: ClusterSpec, jitter: Jitter 
         for chunk in _chunks(part, jobs):
             tasks.append((jit, chunk))
             owner.append(name)
-    results = _execute(tasks, simulate=simulate, costs=costs, cluster=cluster, mode=mode, jobs=jobs,
-                       backend=backend, scheduler=scheduler, progress=progress)
+    legacy = None
+    if isinstance(progress, bool):  # the former ``progress=True``: a bar of its own (callers now pass a callback)
+        legacy = Progress("jitter", sum(len(c) for _, c in tasks), unit="iterations", quiet=not progress)
+        progress = legacy.update
+    try:
+        results = _execute(tasks, simulate=simulate, costs=costs, cluster=cluster, mode=mode, jobs=jobs,
+                           backend=backend, scheduler=scheduler, progress=progress)
+    finally:
+        if legacy is not None:
+            legacy.close()
     rows: dict[str, np.ndarray] = {}
     for name, _ in variants:
         rows[name] = np.concatenate([r for r, o in zip(results, owner, strict=True) if o == name])

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from trainsim.operators import MODEL_PRESETS, ConfigError, ModelSpec, Parallelism, TrainingSpec
 from trainsim.operators.spec import check_model_fits
 from trainsim.topology import ClusterSpec, cluster_from_mapping

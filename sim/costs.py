@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from trainsim.operators import Collective, CollKind, Direction, DurationModel, Op, StagePlan, TrainingSpec
 from trainsim.operators.errors import ConfigError
 from trainsim.operators.spec import Parallelism

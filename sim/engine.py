@@ -48,6 +48,7 @@ from typing import Protocol
 
 import numpy as np
 import simpy
+
 from trainsim.operators import CollKind
 from trainsim.operators.errors import ConfigError
 from trainsim.operators.spec import Schedule

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from trainsim.operators.errors import ConfigError, check_number
 
 TIERS = ("nvlink", "nic")

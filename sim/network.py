@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import simpy
+
 from trainsim.operators.errors import ConfigError
 
 _EPS = 1e-12

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 import trainsim.calibration.profile as profile_mod
 from trainsim.calibration.forest import TreeEnsemble, from_fitted
 from trainsim.calibration.profile import ExtrapolationWarning, FittedProfile, fit_profile, load_profile
@@ -162,6 +163,7 @@ def _xy(n=300, seed=0):
 
 def test_operator_regressor_contract_and_reproducibility():
     from sklearn.base import clone
+
     from trainsim.calibration.select import OperatorRegressor
 
     X, y = _xy()

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from trainsim.calibration import collectives_bench as cb
 from trainsim.calibration.samples import load_sample_dir, read_collectives
 from trainsim.operators.errors import ConfigError

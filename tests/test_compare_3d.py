@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from trainsim.operators.errors import ConfigError
 from trainsim.scenarios import compare_3d as c3d
 

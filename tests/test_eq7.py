@@ -5,6 +5,7 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from trainsim.operators import Parallelism
 from trainsim.sim.costs import IterationCosts, StageCost
 from trainsim.sim.eq7 import eq7

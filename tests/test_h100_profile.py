@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from _support import BLOCK_TORCH
+
 from trainsim.operators import ConfigError, ModelSpec, Parallelism, TrainingSpec, build_stage_plans
 from trainsim.operators.ops import OpKind
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from _support import BLOCK_TORCH
+
 from trainsim.calibration.harness import robust_mean
 from trainsim.calibration.samples import read_compute, read_meta
 from trainsim.calibration.sampling import directions, parse_kinds, sampling_plan, sobol_points

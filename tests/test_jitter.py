@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import simpy
 import yaml
+
 from trainsim.operators.errors import ConfigError
 from trainsim.scenarios.cli import main
 from trainsim.scenarios.compose import predict

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from trainsim.operators import ModelSpec, Parallelism, TrainingSpec, build_stage_plans
 from trainsim.operators.memory import GIB, memory_per_gpu
 

@@ -2,6 +2,7 @@
 
 import pytest
 import simpy
+
 from trainsim.operators.errors import ConfigError
 from trainsim.sim.network import Network, max_min_shares
 

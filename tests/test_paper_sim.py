@@ -10,6 +10,7 @@ own times; the attribution adds up to the difference.
 """
 
 import pytest
+
 from trainsim.sim.compare import compare
 from trainsim.sim.engine import SimOptions, simulate
 

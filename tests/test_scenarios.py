@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+
 from trainsim.operators import ConfigError
 from trainsim.scenarios.cli import main
 from trainsim.scenarios.schema import bundled_names, load_scenario
@@ -118,6 +119,7 @@ def test_config_error_type_has_field():
 def test_operator_with_no_samples(tmp_path, capsys):
     """A profile that lacks an operator the stage plans need is an error naming it."""
     import numpy as np
+
     from trainsim.calibration.samples import ComputeSample, write_samples
     from trainsim.operators import Direction, Op, OpKind
 

@@ -3,6 +3,7 @@
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from trainsim.operators.errors import ConfigError
 from trainsim.operators.spec import Schedule
 from trainsim.sim.schedule import Step, build_schedule, gpipe, interleaved_one_f_one_b, one_f_one_b

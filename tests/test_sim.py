@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from trainsim.operators import ModelSpec, Parallelism, TrainingSpec, build_stage_plans
 from trainsim.operators.errors import ConfigError
 from trainsim.operators.ops import bytes_moved, flops

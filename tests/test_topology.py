@@ -8,6 +8,7 @@ import networkx as nx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from trainsim.operators import Collective, CollKind, ConfigError, Parallelism
 from trainsim.topology import (
     CLUSTER_PRESETS,

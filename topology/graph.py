@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import networkx as nx
+
 from trainsim.operators.errors import ConfigError
 from trainsim.operators.ops import CollKind
 from trainsim.topology.cluster import ClusterSpec

@@ -30,17 +30,19 @@ _here = Path(__file__).resolve().parent
 if not (_here / "sim").is_dir() and (_here.parent / "sim" / "engine.py").is_file():
     __path__.append(str(_here.parent))  # noqa: F821 (a package's __path__)
 
-_API = ("load_scenario", "predict", "simulate", "monte_carlo", "sweep", "Prediction", "Simulation",
-        "MonteCarlo", "Sweep", "Scenario", "ConfigError")
+_API = ("load_scenario", "predict", "simulate", "compare", "monte_carlo", "sweep", "Prediction", "Simulation",
+        "Comparison", "MonteCarlo", "Sweep", "Scenario", "ConfigError")
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainsim.api import (
+        Comparison,
         ConfigError,
         MonteCarlo,
         Prediction,
         Scenario,
         Simulation,
         Sweep,
+        compare,
         load_scenario,
         monte_carlo,
         predict,
@@ -49,8 +51,8 @@ if TYPE_CHECKING:  # pragma: no cover
     )
 
 __all__ = [
-    "ConfigError", "MonteCarlo", "Prediction", "Scenario", "Simulation", "Sweep", "__version__", "load_scenario",
-    "monte_carlo", "predict", "simulate", "sweep",
+    "Comparison", "ConfigError", "MonteCarlo", "Prediction", "Scenario", "Simulation", "Sweep", "__version__",
+    "compare", "load_scenario", "monte_carlo", "predict", "simulate", "sweep",
 ]
 
 

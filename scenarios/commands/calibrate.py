@@ -35,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-gib", type=float, default=24.0, help="skip shapes estimated to need more memory")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress report (errors still print)")
     p.set_defaults(func=run)
 
 
@@ -74,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     plan = sampling_plan(kinds, budget=args.budget, seed=args.seed, include=include,
                          max_bytes=args.max_gib * 2**30, points=args.points)
 
-    from trainsim.calibration.harness import TorchUnavailable, make_env, run_plan
+    from trainsim.calibration.harness import TorchUnavailable, make_env, pending, run_plan
+    from trainsim.scenarios.progress import Progress
 
     try:
         env = make_env(args.device, args.precision, args.seed)
@@ -84,8 +86,10 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ConfigError("--out", f"{out} exists and is not a directory")
-    stats = run_plan(plan, out, env, args.precision, time_budget_s=args.time_budget, warmup=args.warmup,
-                     iters=args.iters, extra_meta={"seed": args.seed, "plan_rows": len(plan)})
+    with Progress("calibrate", len(pending(plan, out)), unit="samples", quiet=args.quiet) as bar:
+        stats = run_plan(plan, out, env, args.precision, time_budget_s=args.time_budget, warmup=args.warmup,
+                         iters=args.iters, extra_meta={"seed": args.seed, "plan_rows": len(plan)},
+                         progress=bar.update)
     print(f"{out}: {stats['measured']} measured, {stats['skipped']} already there, "
           f"{stats['failed']} out of memory, {stats['remaining']} left for a later run")
     return 0

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from trainsim.operators import ConfigError
+from trainsim.scenarios.output import check_writable, write_atomic  # noqa: F401 (re-exported)
 
 
 def add_scenario_args(p: argparse.ArgumentParser) -> None:
@@ -23,6 +20,7 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where fitted profiles are cached; default: $TRAINSIM_CACHE or ~/.cache/trainsim")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress and no warnings (errors still print)")
 
 
 def load(args: argparse.Namespace):  # -> Scenario; imported lazily to keep --help fast
@@ -35,34 +33,14 @@ def print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, allow_nan=False))
 
 
-def warn(messages: Any) -> None:
-    for m in messages:
-        print(f"trainsim: warning: {m}", file=sys.stderr)
+def warn(messages: Any, quiet: bool = False) -> None:
+    """The run's warnings as one short block on stderr (scenarios.progress.summarize_warnings); none: nothing."""
+    from trainsim.scenarios.progress import warning_block
 
-
-def check_writable(path: str, option: str) -> Path:
-    """Fail before any work if an output cannot be written."""
-    p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise ConfigError(option, f"folder {str(parent)!r} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise ConfigError(option, f"folder {str(parent)!r} is not writable")
-    return p
-
-
-def write_atomic(path: Path, write) -> None:
-    """Write through a temporary file in the same folder, then rename: never half a file."""
-    folder = path.parent if str(path.parent) else "."
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.stem}.tmp.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    if quiet:
+        return
+    for line in warning_block(messages):
+        print(line, file=sys.stderr)
 
 
 def fmt_s(x: float) -> str:
@@ -71,3 +49,10 @@ def fmt_s(x: float) -> str:
     if x >= 1e-3:
         return f"{x * 1e3:8.2f} ms"
     return f"{x * 1e6:8.1f} us"
+
+
+def progress_bar(args: argparse.Namespace, desc: str, total: int | None, unit: str = "it"):  # -> Progress
+    """A progress reporter for long work (a bar on a terminal, a line every 10 s elsewhere; --quiet: none)."""
+    from trainsim.scenarios.progress import Progress
+
+    return Progress(desc, total, unit=unit, quiet=bool(getattr(args, "quiet", False)))

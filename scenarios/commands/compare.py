@@ -15,21 +15,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainsim.scenarios.compose import predict
-    from trainsim.sim.compare import compare
+    from trainsim import api
 
-    pred = predict(load(args), reference_data=args.reference_data, cache_dir=args.cache_dir)
-    warn(pred.warnings)
-    sc = pred.scenario
-    c = compare(pred.costs, sc.cluster, ideal=args.ideal, seed=sc.simulation.seed,
-                overlap_dp=sc.simulation.overlap_dp, schedule=sc.parallelism.schedule)
+    c = api.compare(load(args), ideal=args.ideal, reference_data=args.reference_data, cache_dir=args.cache_dir,
+                    max_events=getattr(args, "max_events", None))
+    warn(c.warnings)
     if args.json:
-        out = c.to_json()
-        out["scenario"] = sc.name
-        print_json(out)
+        print_json(c.to_dict())
         return 0
-    print(f"{sc.name}: Eq. 7 {fmt_s(c.eq7_s).strip()}, simulation {fmt_s(c.sim_s).strip()} "
-          f"({100 * c.rel_diff:+.2f}%)")
+    print(f"{c.scenario}: Eq. 7 {fmt_s(c.eq7_s).strip()}, simulation {fmt_s(c.sim_s).strip()} "
+          f"({100 * c.result.rel_diff:+.2f}%)")
     print("difference by cause (each switched on in turn, in this order):")
     for cause, v in c.attribution.items():
         print(f"  {cause:22} {v * 1e3:+12.3f} ms")

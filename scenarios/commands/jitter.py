@@ -19,6 +19,7 @@ from trainsim.scenarios.commands.common import (
     fmt_s,
     load,
     print_json,
+    progress_bar,
     warn,
     write_atomic,
 )
@@ -55,32 +56,28 @@ def run(args: argparse.Namespace) -> int:
     if args.n < 1:
         raise ConfigError("-n", f"must be a positive integer, got {args.n}")
     plot = check_writable(args.plot, "--plot") if args.plot else None
-    if args.backend == "dask" and not args.scheduler:
-        raise ConfigError("--scheduler", "--backend dask needs --scheduler ADDRESS (e.g. tcp://127.0.0.1:8786)")
 
-    from trainsim.scenarios.compose import predict
-    from trainsim.scenarios.montecarlo import run_monte_carlo
+    from trainsim import api
+    from trainsim.scenarios.montecarlo import DEFAULT_SHARE_SAMPLES
     from trainsim.sim.jitter import parse_jitter
 
     scenario = load(args)
     jitter = parse_jitter(scenario.simulation.jitter)
-    pred = predict(scenario, reference_data=args.reference_data, cache_dir=args.cache_dir)
-    warn(pred.warnings)
-    seed = scenario.simulation.seed if args.seed is None else args.seed
-    mode = scenario.simulation.mode
-    if jitter is not None and mode != "realistic":
-        raise ConfigError("simulation.mode", "jitter needs the realistic mode; the ideal mode follows Eq. 7")
-    from trainsim.scenarios.commands.run import scenario_simulator
-
-    res = run_monte_carlo(pred.costs, scenario.cluster, jitter, args.n, seed=seed, jobs=args.jobs,
-                          simulate=scenario_simulator(scenario),
-                          backend=args.backend, scheduler=args.scheduler, progress=True, mode=mode,
-                          share_samples=args.shares)
+    total = args.n  # and the per-source share runs: every source re-run on the first seeds
+    if jitter is not None:
+        n_share = min(args.n, DEFAULT_SHARE_SAMPLES if args.shares is None else max(0, args.shares))
+        total += n_share * len(jitter.sources()) if n_share else 0
+    with progress_bar(args, "jitter", total, unit="iterations") as bar:
+        mc = api.monte_carlo(scenario, args.n, seed=args.seed, jobs=args.jobs, backend=args.backend,
+                             scheduler=args.scheduler, shares=args.shares, progress=bar.update,
+                             reference_data=args.reference_data, cache_dir=args.cache_dir,
+                             max_events=getattr(args, "max_events", None))
+    warn(mc.warnings)
+    res = mc.result
     if plot is not None:
         write_atomic(plot, lambda tmp: _histogram(res, scenario.name, tmp))
     if args.json:
-        out = {"scenario": scenario.name, "jitter_configured": jitter is not None, **res.to_json()}
-        print_json(out)
+        print_json(mc.to_dict())
         return 0
     print(render(res, scenario.name))
     return 0
@@ -148,7 +145,7 @@ def run_fit(args: argparse.Namespace) -> int:
     pred = predict(scenario, reference_data=args.reference_data, cache_dir=args.cache_dir)
     warn(pred.warnings)
     seed = scenario.simulation.seed if args.seed is None else args.seed
-    from trainsim.scenarios.commands.run import scenario_simulator
+    from trainsim.scenarios.compose import scenario_simulator
 
     fit = fit_jitter(times, pred.costs, scenario.cluster, scenario.simulation.jitter, seed=seed, jobs=args.jobs,
                      simulate=scenario_simulator(scenario))

@@ -14,12 +14,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainsim.scenarios.compose import predict
+    from trainsim import api
 
-    pred = predict(load(args), reference_data=args.reference_data, cache_dir=args.cache_dir)
+    pred = api.predict(load(args), reference_data=args.reference_data, cache_dir=args.cache_dir,
+                       max_events=getattr(args, "max_events", None))
     warn(pred.warnings)
     if args.json:
-        print_json(pred.to_json())
+        print_json(pred.to_dict())
         return 0
     print(render(pred))
     return 0

@@ -20,44 +20,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_scenario_args(p)
     p.add_argument("--ideal", action="store_true", help="follow Eq. 7's assumptions (equals Eq. 7)")
     p.add_argument("--trace", metavar="FILE", help="write a Perfetto / Chrome trace JSON (ui.perfetto.dev)")
+    p.add_argument("--trace-replicas", choices=("critical", "all"), default="critical",
+                   help="trace the critical replica of every stage and the links it used (default), or all")
     p.add_argument("--plot", metavar="FILE", help="write the pipeline timeline PNG (the paper's Figure 2)")
     p.add_argument("--breakdown", metavar="FILE", help="write the component breakdown PNG (the paper's Figure 3)")
     p.set_defaults(func=run)
 
 
-def scenario_simulator(scenario):
-    """``sim.engine.simulate`` with the scenario's schedule and DP-overlap choice bound (picklable)."""
-    import functools
-
-    from trainsim.sim.engine import simulate
-
-    return functools.partial(simulate, schedule=scenario.parallelism.schedule,
-                             overlap_dp=scenario.simulation.overlap_dp)
-
-
-def simulate_scenario(pred, *, ideal: bool = False, record: bool = False):
-    """Simulate a prediction's scenario once, its jitter included (run, sweep, validate --measured-3d)."""
-    from trainsim.sim.jitter import parse_jitter
-
-    sc = pred.scenario
-    mode = "ideal" if ideal else sc.simulation.mode
-    perturb = parse_jitter(sc.simulation.jitter) if mode == "realistic" else None
-    return scenario_simulator(sc)(pred.costs, sc.cluster, mode=mode, seed=sc.simulation.seed, perturb=perturb,
-                                  record=record, tokens_per_iteration=sc.tokens_per_iteration)
-
-
 def run(args: argparse.Namespace) -> int:
-    from trainsim.scenarios.compose import predict
+    from trainsim import api
 
     outputs = {opt: check_writable(path, f"--{opt}") for opt, path in
                (("trace", args.trace), ("plot", args.plot), ("breakdown", args.breakdown)) if path}
-    pred = predict(load(args), reference_data=args.reference_data, cache_dir=args.cache_dir)
+    sim = api.simulate(load(args), trace=outputs.get("trace"), trace_replicas=args.trace_replicas,
+                       ideal=args.ideal, record=bool(args.plot), reference_data=args.reference_data,
+                       cache_dir=args.cache_dir, max_events=getattr(args, "max_events", None))
+    pred, result = sim.prediction, sim.result
     warn(pred.warnings)
-    result = simulate_scenario(pred, ideal=args.ideal, record=bool(args.trace or args.plot))
-    if "trace" in outputs:
-        from trainsim.scenarios.trace import write_chrome_trace
-
-        write_atomic(outputs["trace"], lambda tmp: write_chrome_trace(result, tmp))
     if "plot" in outputs:
         from trainsim.scenarios.plots import plot_timeline
 
@@ -68,37 +47,14 @@ def run(args: argparse.Namespace) -> int:
         write_atomic(outputs["breakdown"], lambda tmp: plot_breakdown(
             result.breakdown, tmp, title=f"{pred.scenario.name}: critical stage replica"))
     if args.json:
-        print_json(to_json(pred, result))
+        print_json(sim.to_dict())
         return 0
     print(render(pred, result))
     for opt, path in outputs.items():
         print(f"wrote {opt}: {path}")
+    if sim.trace_note:
+        print(f"note: {sim.trace_note}")
     return 0
-
-
-def to_json(pred, result) -> dict:
-    sc = pred.scenario
-    return {
-        "scenario": sc.name,
-        "mode": result.mode,
-        "iteration_s": result.iteration_s,
-        "eq7_s": result.eq7_s,
-        "sim_wall_s": result.sim_wall_s,
-        "events": result.events,
-        "tokens_per_s": result.tokens_per_s,
-        "mfu": result.mfu,
-        "bubble_share": result.bubble_share,
-        "pipeline_s": result.pipeline_s,
-        "exposed_s": dict(result.exposed),
-        "components": dict(result.breakdown),
-        "critical": {"stage": result.critical[0], "replica": result.critical[1]},
-        "eq7": pred.eq7.components(),
-        "memory_gib_per_gpu": pred.memory_gib_per_gpu,
-        "gpus": sc.gpus,
-        "profile": pred.profile_name,
-        "notes": list(pred.costs.notes),
-        "warnings": list(pred.warnings),
-    }
 
 
 def render(pred, r) -> str:

@@ -13,6 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import yaml
+
     from trainsim.scenarios.commands.common import print_json
     from trainsim.scenarios.schema import BUNDLED_DIR, bundled_names
 
