@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from trainsim.operators.errors import ConfigError, require_int
+from trainsim.operators.errors import ConfigError, require_int, show
 
 
 class Precision(str, Enum):
@@ -55,14 +55,38 @@ class Schedule(str, Enum):
     INTERLEAVED_1F1B = "interleaved-1f1b"
 
 
+#: Upper bounds of the integer fields. Each is far beyond any model or cluster built (the largest
+#: published models have hidden ~2.5e4, ~1.3e2 layers, ~1e6 tokens of context and ~2.6e5 vocabulary
+#: entries; the largest clusters ~1e5 GPUs), and low enough that every count the tool derives
+#: (parameters, FLOPs, bytes, ranks) stays exact or finite and every per-GPU table fits in memory.
+#: A value above its bound is an error, never clamped.
+MAX_WIDTH = 2**20  # hidden, heads, micro_batch
+MAX_FFN = 2**22
+MAX_LAYERS = 2**16
+MAX_SEQ_LEN = 2**24
+MAX_VOCAB = 2**24
+MAX_SYNCS = 2**10  # MP all-reduces per encoder and direction
+MAX_MICRO_BATCHES = 2**24
+MAX_DP_BUCKET = 2**48
+MAX_GPUS = 2**20  # pp * mp * dp, and each of them
+MAX_VIRTUAL_STAGES = 2**10
+BOUND_REASON = "the bound is far beyond any real model or cluster and keeps every derived count priceable"
+
+
+def _bounded(field: str, value: object, maximum: int, minimum: int = 1) -> int:
+    return require_int(field, value, minimum=minimum, maximum=maximum, reason=BOUND_REASON)
+
+
 def parse_enum(enum_type: type[Enum], fieldname: str, value: object) -> Enum:
     if isinstance(value, enum_type):
         return value
+    allowed = ", ".join(e.value for e in enum_type)
+    if not isinstance(value, str):
+        raise ConfigError(fieldname, f"must be one of {allowed}, got {show(value)}")
     try:
-        return enum_type(str(value).lower())
+        return enum_type(value.lower())
     except ValueError:
-        allowed = ", ".join(e.value for e in enum_type)  # type: ignore[attr-defined]
-        raise ConfigError(fieldname, f"unknown value {value!r}; expected one of {allowed}") from None
+        raise ConfigError(fieldname, f"unknown value {show(value)}; expected one of {allowed}") from None
 
 
 @dataclass(frozen=True)
@@ -83,11 +107,16 @@ class ModelSpec:
     bwd_mp_syncs: int = 2  # ... and in backward
 
     def __post_init__(self) -> None:
-        for key in ("hidden", "heads", "layers", "seq_len", "vocab"):
-            require_int(f"model.{key}", getattr(self, key))
-        require_int("model.ffn_hidden", self.ffn_hidden, minimum=0)
-        require_int("model.fwd_mp_syncs", self.fwd_mp_syncs, minimum=0)
-        require_int("model.bwd_mp_syncs", self.bwd_mp_syncs, minimum=0)
+        if not isinstance(self.name, str):
+            raise ConfigError("model.name", f"must be a string, got {show(self.name)}")
+        for key, top in (("hidden", MAX_WIDTH), ("heads", MAX_WIDTH), ("layers", MAX_LAYERS),
+                         ("seq_len", MAX_SEQ_LEN), ("vocab", MAX_VOCAB)):
+            _bounded(f"model.{key}", getattr(self, key), top)
+        _bounded("model.ffn_hidden", self.ffn_hidden, MAX_FFN, minimum=0)
+        _bounded("model.fwd_mp_syncs", self.fwd_mp_syncs, MAX_SYNCS, minimum=0)
+        _bounded("model.bwd_mp_syncs", self.bwd_mp_syncs, MAX_SYNCS, minimum=0)
+        if not isinstance(self.rotary, bool):
+            raise ConfigError("model.rotary", f"must be true or false, got {show(self.rotary)}")
         if self.hidden % self.heads:
             raise ConfigError("model.heads", f"hidden {self.hidden} is not divisible by heads {self.heads}")
         object.__setattr__(self, "norm", parse_enum(Norm, "model.norm", self.norm))
@@ -114,9 +143,10 @@ class TrainingSpec:
     framework: Framework = Framework.MEGATRON
 
     def __post_init__(self) -> None:
-        require_int("training.micro_batch", self.micro_batch)
-        require_int("training.micro_batches", self.micro_batches)
-        require_int("training.dp_bucket", self.dp_bucket)
+        _bounded("training.micro_batch", self.micro_batch, MAX_WIDTH)
+        _bounded("training.micro_batches", self.micro_batches, MAX_MICRO_BATCHES)
+        _bounded("training.dp_bucket", self.dp_bucket, MAX_DP_BUCKET)
+        require_int("training.zero_stage", self.zero_stage, minimum=0)
         if self.zero_stage not in (0, 1):
             raise ConfigError("training.zero_stage", f"supported ZeRO stages are 0 and 1, got {self.zero_stage!r}")
         object.__setattr__(self, "precision", parse_enum(Precision, "training.precision", self.precision))
@@ -133,8 +163,13 @@ class Parallelism:
     virtual_stages: int = 1  # model chunks per pipeline rank (interleaved 1F1B)
 
     def __post_init__(self) -> None:
-        for key in ("pp", "mp", "dp", "virtual_stages"):
-            require_int(f"parallelism.{key}", getattr(self, key))
+        for key in ("pp", "mp", "dp"):
+            _bounded(f"parallelism.{key}", getattr(self, key), MAX_GPUS)
+        _bounded("parallelism.virtual_stages", self.virtual_stages, MAX_VIRTUAL_STAGES)
+        if self.pp * self.mp * self.dp > MAX_GPUS:
+            raise ConfigError("parallelism", f"pp*mp*dp = {self.pp} x {self.mp} x {self.dp} = "
+                              f"{self.pp * self.mp * self.dp:,} GPUs; the tool prices at most {MAX_GPUS:,} GPUs "
+                              f"({BOUND_REASON})")
         object.__setattr__(self, "schedule", parse_enum(Schedule, "parallelism.schedule", self.schedule))
         if self.virtual_stages > 1 and self.schedule is not Schedule.INTERLEAVED_1F1B:
             raise ConfigError("parallelism.virtual_stages", "only the interleaved-1f1b schedule uses virtual stages")

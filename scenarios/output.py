@@ -8,25 +8,51 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from trainsim.operators.errors import ConfigError
 
+#: what each kind of output can be written as (checked before any work)
+TRACE_SUFFIXES = (".json",)
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
-def check_writable(path: str | os.PathLike[str], option: str) -> Path:
-    """Fail before any work if an output cannot be written (folder missing or read-only, a directory)."""
+
+def check_writable(path: str | os.PathLike[str], option: str, suffixes: tuple[str, ...] | None = None) -> Path:
+    """Fail before any work if an output cannot be written.
+
+    ``path`` must be a file name (not a folder) in an existing folder where a file can really be
+    created: a temporary file is made and removed there (``os.access`` is not enough: root may
+    "write" to /proc, a read-only mount says yes). With ``suffixes``, the extension must be one of
+    them (the format is chosen by it).
+    """
     p = Path(path)
     if str(path) == "" or p.name in ("", ".", ".."):
         raise ConfigError(option, f"{str(path)!r} is not a file name")
     if p.is_dir():
         raise ConfigError(option, f"{str(p)!r} is a folder; give a file name")
+    if suffixes is not None and p.suffix.lower() not in suffixes:
+        raise ConfigError(option, f"{str(path)!r}: cannot write a {p.suffix or 'file without an extension'}; "
+                                  f"give a file name ending in {', '.join(suffixes)}")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise ConfigError(option, f"folder {str(parent)!r} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise ConfigError(option, f"folder {str(parent)!r} is not writable")
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".trainsim-probe.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ConfigError(option, f"cannot write in folder {str(parent)!r}: {e.strerror or e}") from None
     return p
+
+
+def remove_outputs(paths: Iterable[str | os.PathLike[str]]) -> None:
+    """Remove outputs a command already wrote, when a later one failed (nothing half-done is left)."""
+    for p in paths:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
 
 
 def _umask() -> int:

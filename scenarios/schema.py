@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from trainsim.operators import MODEL_PRESETS, ConfigError, ModelSpec, Parallelism, TrainingSpec
+from trainsim.operators.errors import check_number, show
 from trainsim.operators.spec import check_model_fits
 from trainsim.topology import ClusterSpec, cluster_from_mapping
 
@@ -26,6 +27,12 @@ BUNDLED_DIR = Path(__file__).parent / "bundled"
 SECTIONS = ("model", "training", "parallelism", "cluster", "profile", "simulation")
 TOP_LEVEL = ("name", "description", *SECTIONS)
 SIM_MODES = ("realistic", "ideal")
+#: A scenario is a few hundred bytes of YAML; these bounds refuse what is not one (a binary file,
+#: a YAML "billion laughs" of anchors and aliases, pathological nesting) before it costs anything.
+MAX_FILE_BYTES = 1 << 20
+MAX_DEPTH = 32
+MAX_NODES = 100_000  # YAML nodes with every alias expanded
+MAX_SEED = 2**64 - 1
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,13 @@ class ProfileSpec:
     name: str = "roofline"
     reference_data: str | None = None  # overrides --reference-data / TRAINSIM_REFERENCE_DATA
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ConfigError("profile.name", f"must be a profile name or a samples folder, got {show(self.name)}")
+        if self.reference_data is not None and (not isinstance(self.reference_data, str)
+                                                or not self.reference_data.strip()):
+            raise ConfigError("profile.reference_data", f"must be a folder path, got {show(self.reference_data)}")
+
 
 @dataclass(frozen=True)
 class SimulationSpec:
@@ -50,14 +64,15 @@ class SimulationSpec:
     overlap_dp: bool = False
 
     def __post_init__(self) -> None:
-        if self.mode not in SIM_MODES:
-            raise ConfigError("simulation.mode", f"unknown mode {self.mode!r}; expected one of {', '.join(SIM_MODES)}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError("simulation.seed", f"must be a non-negative integer, got {self.seed!r}")
+        if not isinstance(self.mode, str) or self.mode not in SIM_MODES:
+            raise ConfigError("simulation.mode", f"unknown mode {show(self.mode)}; "
+                                                 f"expected one of {', '.join(SIM_MODES)}")
+        check_number("simulation.seed", self.seed, integer=True, minimum=0, maximum=MAX_SEED,
+                     reason="a seed is a 64-bit unsigned integer")
         if not isinstance(self.jitter, Mapping):
-            raise ConfigError("simulation.jitter", "must be a mapping")
+            raise ConfigError("simulation.jitter", f"must be a mapping, got {show(self.jitter)}")
         if not isinstance(self.overlap_dp, bool):
-            raise ConfigError("simulation.overlap_dp", f"must be true or false, got {self.overlap_dp!r}")
+            raise ConfigError("simulation.overlap_dp", f"must be true or false, got {show(self.overlap_dp)}")
 
 
 @dataclass(frozen=True)
@@ -86,67 +101,176 @@ def bundled_names() -> list[str]:
     return sorted(p.stem for p in BUNDLED_DIR.glob("*.yaml"))
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _check_structure(text: str, where: str) -> None:
+    """Refuse deep nesting and alias bombs before anything is built (one pass over the parse events)."""
+    sizes: dict[str, int] = {}  # anchor -> expanded node count
+    stack: list[list[Any]] = []  # [anchor, nodes so far] per open collection
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError(str(path), f"cannot read scenario file: {e.strerror or e}") from None
+        for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                stack.append([ev.anchor, 1])
+                if len(stack) > MAX_DEPTH:
+                    raise ConfigError(where, f"YAML nested deeper than {MAX_DEPTH} levels; a scenario is a "
+                                             f"mapping of sections of keys")
+                continue
+            if isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                anchor, n = stack.pop()
+            elif isinstance(ev, yaml.ScalarEvent):
+                anchor, n = ev.anchor, 1
+            elif isinstance(ev, yaml.AliasEvent):
+                anchor, n = None, sizes.get(ev.anchor, 1)
+            else:
+                continue
+            if anchor is not None:
+                sizes[anchor] = n
+            if stack:
+                stack[-1][1] += n
+            if n > MAX_NODES or (stack and stack[-1][1] > MAX_NODES):
+                raise ConfigError(where, f"YAML expands to more than {MAX_NODES:,} values (anchors and aliases "
+                                         f"repeated); a scenario has a few dozen")
+    except yaml.YAMLError:
+        return  # reported with its position by the full load
+
+
+def _parse_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load`` with every failure a ConfigError naming ``where``."""
+    _check_structure(text, where)
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or "malformed YAML"
-        raise ConfigError(str(path), f"malformed YAML{where}: {problem}") from None
+        raise ConfigError(where, f"malformed YAML{at}: {problem}") from None
+    except (ValueError, ArithmeticError, RecursionError) as e:  # e.g. an integer of more than 4,300 digits
+        if "digits" in str(e):
+            raise ConfigError(where, "holds an integer of more than 4,300 digits") from None
+        raise ConfigError(where, f"malformed YAML: {show(str(e), 100)}") from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    where = str(path)
+    try:
+        if path.is_dir():
+            raise ConfigError(where, "is a folder, not a scenario file")
+        if not path.is_file():
+            raise ConfigError(where, "is not a regular file (a scenario is a YAML file)")
+        with path.open("rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(where, f"cannot read scenario file: {e.strerror or e}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(where, f"larger than {MAX_FILE_BYTES // 1024} KiB; a scenario file is a few hundred bytes "
+                                 f"of YAML")
+    if b"\0" in raw:
+        raise ConfigError(where, "is a binary file (it contains NUL bytes), not a YAML scenario")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(where, f"is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+    if not text.strip():
+        raise ConfigError(where, "is empty; a scenario file is a YAML mapping with sections " + ", ".join(SECTIONS))
+    data = _parse_yaml(text, where)
     if not isinstance(data, dict):
-        raise ConfigError(str(path), "a scenario file must be a YAML mapping with sections " + ", ".join(SECTIONS))
+        kind = "nothing" if data is None else f"a {_yaml_kind(data)}"
+        raise ConfigError(where, f"holds {kind}; a scenario file must be a YAML mapping with sections "
+                          + ", ".join(SECTIONS))
     return data
+
+
+def _yaml_kind(value: object) -> str:
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return type(value).__name__
 
 
 def resolve(name_or_path: str) -> Path:
     """A scenario argument is a path or a bundled name."""
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        raise ConfigError("scenario", f"expected a scenario file or a bundled name, got {show(name_or_path)}")
+    if "\0" in name_or_path:
+        raise ConfigError("scenario", "the scenario path contains a NUL character")
     p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists():
-        if not p.is_file():
-            raise ConfigError(name_or_path, "no such scenario file")
+    try:
+        exists = p.exists()
+        is_dir, is_file = p.is_dir(), p.is_file()
+    except OSError as e:  # e.g. a name too long for the file system
+        raise ConfigError(name_or_path, f"cannot read scenario file: {e.strerror or e}") from None
+    if p.suffix in (".yaml", ".yml") or exists:
+        if is_dir:
+            raise ConfigError(name_or_path, "is a folder, not a scenario file")
+        if not is_file:
+            raise ConfigError(name_or_path, "no such scenario file" if not exists else
+                              "is not a regular file (a scenario is a YAML file)")
         return p
     bundled = BUNDLED_DIR / f"{name_or_path}.yaml"
-    if bundled.is_file():
+    if "/" not in name_or_path and bundled.is_file():
         return bundled
-    raise ConfigError("scenario", f"unknown scenario {name_or_path!r}: not a file and not a bundled scenario "
+    raise ConfigError("scenario", f"unknown scenario {show(name_or_path)}: not a file and not a bundled scenario "
                       f"(see `trainsim scenarios`)")
+
+
+def _check_override_text(item: str) -> None:
+    """A ``--set`` is printable text: no byte that is not UTF-8, no control character."""
+    for i, ch in enumerate(item):
+        if "\udc80" <= ch <= "\udcff":  # how Python keeps a non-UTF-8 byte of argv
+            raise ConfigError("--set", f"{show(item[:i])}... contains a byte that is not UTF-8 "
+                                       f"(0x{ord(ch) - 0xDC00:02x}, at character {i})")
+        if ch != "\t" and (ord(ch) < 32 or 127 <= ord(ch) < 160 or "\ud800" <= ch <= "\udfff"):
+            raise ConfigError("--set", f"{show(item)} contains the control character U+{ord(ch):04X} "
+                                       f"(at character {i})")
 
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """Apply ``section.key=value`` (value parsed as YAML) to a scenario mapping."""
+    if isinstance(overrides, (str, bytes)):
+        raise ConfigError("--set", "expected a list of section.key=value strings, got one string")
     out = copy.deepcopy(data)
     for item in overrides:
+        if not isinstance(item, str):
+            raise ConfigError("--set", f"expected section.key=value, got {show(item)}")
+        _check_override_text(item)
         path, sep, value = item.partition("=")
-        keys = path.strip().split(".")
+        keys = [k.strip() for k in path.strip().split(".")]
         if not sep or len(keys) < 2 or not all(keys):
-            raise ConfigError("--set", f"expected section.key=value, got {item!r}")
+            raise ConfigError("--set", f"expected section.key=value, got {show(item)}")
         if keys[0] not in SECTIONS:
-            raise ConfigError("--set", f"unknown section {keys[0]!r} in {item!r}; sections are {', '.join(SECTIONS)}")
+            raise ConfigError("--set", f"unknown section {show(keys[0])} in {show(item)}; sections are "
+                                       f"{', '.join(SECTIONS)}")
+        if len(keys) > MAX_DEPTH:
+            raise ConfigError("--set", f"{show(item)}: keys nested deeper than {MAX_DEPTH} levels")
+        _check_structure(value, f"--set {keys[0]}.{keys[1]}")  # a nesting or alias bomb is an error, not a string
         try:
-            parsed = yaml.safe_load(value) if value.strip() else ""
-        except yaml.YAMLError:
-            parsed = value
+            parsed = _parse_yaml(value, "--set") if value.strip() else ""
+        except ConfigError:
+            parsed = value  # not YAML: the string itself (e.g. a path with a colon)
         node = out
         for k in keys[:-1]:
             nxt = node.get(k)
             if nxt is None:
                 nxt = node[k] = {}
             if not isinstance(nxt, dict):
-                raise ConfigError("--set", f"{k!r} in {item!r} is not a section")
+                raise ConfigError("--set", f"{k!r} in {show(item)} is not a section")
             node = nxt
         node[keys[-1]] = parsed
     return out
 
 
 def _section(data: Mapping[str, Any], name: str) -> dict[str, Any]:
-    sec = data.get(name) or {}
+    sec = data.get(name)
+    if sec is None:
+        return {}
     if not isinstance(sec, dict):
-        raise ConfigError(name, "must be a mapping of keys to values")
+        raise ConfigError(name, f"must be a mapping of keys to values, got {show(sec)}")
+    for key in sec:
+        if not isinstance(key, str):
+            raise ConfigError(f"{name}.{show(key)}", "unknown key (keys are names)")
     return dict(sec)
 
 
@@ -157,15 +281,18 @@ def _build(cls: type, section: str, values: dict[str, Any]) -> Any:
             raise ConfigError(f"{section}.{key}", f"unknown key; known keys: {', '.join(sorted(known))}")
     try:
         return cls(**values)
-    except TypeError as e:  # wrong value types that slipped past validation
-        raise ConfigError(section, str(e)) from None
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, ArithmeticError, RecursionError) as e:  # slipped past validation
+        raise ConfigError(section, f"invalid values: {show(str(e), 100)}") from None
 
 
 def _model(sec: dict[str, Any]) -> ModelSpec:
     preset = sec.pop("preset", None)
     if preset is not None:
-        if preset not in MODEL_PRESETS:
-            raise ConfigError("model.preset", f"unknown model preset {preset!r}; known: {', '.join(MODEL_PRESETS)}")
+        if not isinstance(preset, str) or preset not in MODEL_PRESETS:
+            raise ConfigError("model.preset", f"unknown model preset {show(preset)}; known: "
+                                              f"{', '.join(MODEL_PRESETS)}")
         base = dataclasses.asdict(MODEL_PRESETS[preset])
         base.update(sec)
         sec = base
@@ -179,8 +306,13 @@ def _model(sec: dict[str, Any]) -> ModelSpec:
 
 def scenario_from_mapping(data: Mapping[str, Any], name: str = "scenario") -> Scenario:
     for key in data:
-        if key not in TOP_LEVEL:
-            raise ConfigError(str(key), f"unknown section; sections are {', '.join(SECTIONS)}")
+        if not isinstance(key, str) or key not in TOP_LEVEL:
+            raise ConfigError(key if isinstance(key, str) and len(key) <= 40 else show(key, 40),
+                              f"unknown section; sections are {', '.join(SECTIONS)}")
+    for key in ("name", "description"):
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int, float))):
+            raise ConfigError(key, f"must be a string, got {show(value)}")
     model = _model(_section(data, "model"))
     training = _build(TrainingSpec, "training", _section(data, "training"))
     par = _build(Parallelism, "parallelism", _section(data, "parallelism"))
@@ -188,7 +320,12 @@ def scenario_from_mapping(data: Mapping[str, Any], name: str = "scenario") -> Sc
     cluster_sec = _section(data, "cluster")
     if not cluster_sec:
         raise ConfigError("cluster", "missing section: give cluster.preset (e.g. perlmutter, vista, dgx-h100)")
-    cluster = cluster_from_mapping(cluster_sec)
+    try:
+        cluster = cluster_from_mapping(cluster_sec)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, ArithmeticError, RecursionError) as e:  # slipped past topology's checks
+        raise ConfigError("cluster", f"invalid values: {show(str(e), 100)}") from None
     if par.gpus % cluster.gpus_per_node:
         raise ConfigError("parallelism", f"pp*mp*dp = {par.gpus} GPUs is not a multiple of "
                           f"cluster.gpus_per_node = {cluster.gpus_per_node}")
@@ -197,11 +334,26 @@ def scenario_from_mapping(data: Mapping[str, Any], name: str = "scenario") -> Sc
                           f"cluster {cluster.name} has {cluster.max_nodes}")
     profile = _build(ProfileSpec, "profile", _section(data, "profile"))
     simulation = _build(SimulationSpec, "simulation", _section(data, "simulation"))
+    _check_jitter(simulation.jitter)
     return Scenario(
         name=str(data.get("name") or name), description=str(data.get("description") or ""),
         model=model, training=training, parallelism=par, cluster=cluster,
         profile=profile, simulation=simulation, raw=data,
     )
+
+
+def _check_jitter(jitter: Mapping[str, Any]) -> None:
+    """Validate ``simulation.jitter`` when the scenario is read, not when a run starts."""
+    if not jitter:
+        return
+    from trainsim.sim.jitter import parse_jitter
+
+    try:
+        parse_jitter(jitter)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, ArithmeticError, RecursionError) as e:  # slipped past sim.jitter's checks
+        raise ConfigError("simulation.jitter", f"invalid values: {show(str(e), 100)}") from None
 
 
 def load_scenario(name_or_path: str, overrides: Sequence[str] = ()) -> Scenario:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 
 from trainsim.scenarios.commands.common import (
+    PLOT_SUFFIXES,
+    TRACE_SUFFIXES,
     add_scenario_args,
-    check_writable,
+    check_output,
+    fit_progress,
     fmt_s,
     load,
     print_json,
+    remove_outputs,
     warn,
     write_atomic,
 )
@@ -30,22 +34,30 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from trainsim import api
 
-    outputs = {opt: check_writable(path, f"--{opt}") for opt, path in
-               (("trace", args.trace), ("plot", args.plot), ("breakdown", args.breakdown)) if path}
-    sim = api.simulate(load(args), trace=outputs.get("trace"), trace_replicas=args.trace_replicas,
-                       ideal=args.ideal, record=bool(args.plot), reference_data=args.reference_data,
-                       cache_dir=args.cache_dir, max_events=getattr(args, "max_events", None))
+    outputs = {opt: check_output(path, f"--{opt}", TRACE_SUFFIXES if opt == "trace" else PLOT_SUFFIXES)
+               for opt, path in (("trace", args.trace), ("plot", args.plot), ("breakdown", args.breakdown)) if path}
+    with fit_progress(args) as fitbar:
+        sim = api.simulate(load(args), trace=outputs.get("trace"), trace_replicas=args.trace_replicas,
+                           ideal=args.ideal, record=bool(args.plot), reference_data=args.reference_data,
+                           cache_dir=args.cache_dir, max_events=getattr(args, "max_events", None),
+                           fit_progress=fitbar)
     pred, result = sim.prediction, sim.result
-    warn(pred.warnings)
-    if "plot" in outputs:
-        from trainsim.scenarios.plots import plot_timeline
+    warn(pred.warnings, quiet=args.quiet)
+    written = [outputs["trace"]] if "trace" in outputs else []
+    try:  # a later output failing takes the earlier ones of this command with it
+        if "plot" in outputs:
+            from trainsim.scenarios.plots import plot_timeline
 
-        write_atomic(outputs["plot"], lambda tmp: plot_timeline(result, tmp))
-    if "breakdown" in outputs:
-        from trainsim.scenarios.plots import plot_breakdown
+            write_atomic(outputs["plot"], lambda tmp: plot_timeline(result, tmp))
+            written.append(outputs["plot"])
+        if "breakdown" in outputs:
+            from trainsim.scenarios.plots import plot_breakdown
 
-        write_atomic(outputs["breakdown"], lambda tmp: plot_breakdown(
-            result.breakdown, tmp, title=f"{pred.scenario.name}: critical stage replica"))
+            write_atomic(outputs["breakdown"], lambda tmp: plot_breakdown(
+                result.breakdown, tmp, title=f"{pred.scenario.name}: critical stage replica"))
+    except BaseException:
+        remove_outputs(written)
+        raise
     if args.json:
         print_json(sim.to_dict())
         return 0
