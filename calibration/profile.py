@@ -54,7 +54,8 @@ COLLECTIVE_FEATURES = ("entries",)
 #: Incremented by every :func:`fit_profile` call (tests check that a cache hit does not fit).
 fit_calls = 0
 
-Progress = Callable[[str], None] | None
+#: ``progress(k)``: k more regressors fitted; ``on_total(n)``: n regressors are about to be fitted
+Progress = Callable[[int], None] | None
 
 
 class ExtrapolationWarning(UserWarning):
@@ -232,8 +233,10 @@ def _fit_one(X: np.ndarray, y: np.ndarray, random_state: int, candidates) -> Reg
 
 def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_rows: Sequence[CollectiveSample],
                 random_state: int = 0, *, progress: Progress = None, n_jobs: int = 2, candidates=None,
-                manifest: dict | None = None) -> FittedProfile:
+                manifest: dict | None = None, on_total: Progress = None) -> FittedProfile:
     """Fit one regressor per (operator, direction) and per (collective, nodes, GPUs per node).
+
+    ``on_total(n)`` is called once with the number of regressors, then ``progress(1)`` as each is fitted.
 
     Regressors are independent and seeded, so the result does not depend on ``n_jobs``
     (regressors are fitted on that many threads; the libraries release the GIL).
@@ -252,6 +255,8 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
     if not data:
         raise ConfigError("profile", f"profile '{name}' has no samples")
     keys = sorted(data, key=lambda k: -len(data[k][1]))  # largest first balances the threads
+    if on_total:
+        on_total(len(keys))
 
     def job(key: str) -> Regressor:
         xs, ys = data[key]
@@ -263,15 +268,15 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=n_jobs) as pool:
-            for i, (key, reg) in enumerate(zip(keys, pool.map(job, keys), strict=True), 1):
+            for key, reg in zip(keys, pool.map(job, keys), strict=True):
                 regs[key] = reg
                 if progress:
-                    progress(f"fitted {key} ({i}/{len(keys)})")
+                    progress(1)
     else:
-        for i, key in enumerate(keys, 1):
+        for key in keys:
             regs[key] = job(key)
             if progress:
-                progress(f"fitted {key} ({i}/{len(keys)})")
+                progress(1)
     meta = {"random_state": random_state, "versions": library_versions(), "features": features_fingerprint(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "fit_seconds": round(time.perf_counter() - t0, 3),
             **(manifest or {})}
@@ -316,7 +321,7 @@ def _cache_valid(path: Path, hash_: str, random_state: int) -> bool:
 
 
 def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress: Progress,
-                random_state: int) -> FittedProfile:
+                random_state: int, on_total: Progress = None) -> FittedProfile:
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[-60:]
     path = cache_root(cache_dir) / f"{slug}-{hash_[:12]}"
     if _cache_valid(path, hash_, random_state):
@@ -329,9 +334,7 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
     compute, colls = loader()
     quirks = find_quirks(list(compute), list(colls), name)
     warn_quirks(quirks)
-    if progress:
-        progress(f"fitting profile '{name}' from {len(compute)} operator and {len(colls)} collective samples")
-    prof = fit_profile(name, compute, colls, random_state, progress=progress,
+    prof = fit_profile(name, compute, colls, random_state, progress=progress, on_total=on_total,
                        manifest={"data_hash": hash_, "source": source, "quirks": quirks})
     try:
         prof.save(path)
@@ -342,8 +345,11 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
 
 def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | None = None,
                  progress: Progress = None, gpu_specs: Mapping[str, tuple[float, float]] | None = None,
-                 random_state: int = 0):
+                 random_state: int = 0, on_total: Progress = None):
     """Resolve a profile name to a :class:`operators.duration.DurationModel`.
+
+    A profile that must be fitted (no valid cache) calls ``on_total(n)`` with its regressor
+    count, then ``progress(1)`` per regressor fitted; a cache hit calls neither.
 
     * ``reference:Perlmutter`` / ``reference:Vista``: the reference samples found via
       ``reference_dir`` or ``$TRAINSIM_REFERENCE_DATA``; fitted once, then cached.
@@ -372,7 +378,7 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
         op_files, nccl_files = reference_files(root, canon)
         hash_ = data_hash(op_files + nccl_files, root)
         return _fit_cached(f"reference:{canon}", hash_, str(root / canon),
-                           lambda: load_reference(root, canon), cache_dir, progress, random_state)
+                           lambda: load_reference(root, canon), cache_dir, progress, random_state, on_total)
     path = Path(name).expanduser()
     if not path.is_dir() and re.fullmatch(r"[A-Za-z0-9_.-]+", name) and (SHIPPED_DIR / name).is_dir():
         path = SHIPPED_DIR / name
@@ -386,6 +392,6 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
             return samples.compute, samples.collectives
 
         return _fit_cached(name, data_hash(files, path), str(path.resolve()), loader, cache_dir, progress,
-                           random_state)
+                           random_state, on_total)
     known = ["reference:Perlmutter", "reference:Vista", "roofline:<gpu>", *shipped_profiles()]
     raise ConfigError("profile", f"unknown profile '{name}'; known: {', '.join(known)}, or a sample directory")

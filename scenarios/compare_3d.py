@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 
 from trainsim.operators.errors import ConfigError
+from trainsim.scenarios.progress import ProgressCallback
 
 DEFAULT_CSV = Path(__file__).resolve().parents[1] / "validation" / "measured_3d.csv"
 _INT_COLUMNS = ("pp", "mp", "dp", "hidden", "heads", "layers", "seq", "micro_batch", "micro_batches")
@@ -87,23 +88,34 @@ def _err(pred: float, meas: float) -> float:
     return 100.0 * (pred - meas) / meas
 
 
+def layout_of(row: dict) -> str:
+    """``pp2-mp4-dp1``: the layout the row's ``pp``, ``mp`` and ``dp`` columns describe (what is simulated)."""
+    return f"pp{int(row['pp'])}-mp{int(row['mp'])}-dp{int(row['dp'])}"
+
+
 def rows(measured_csv: str | os.PathLike = DEFAULT_CSV, profile_name: str = "h200-sxm-bf16",
-         host_gpus: int | None = None, reference_data: str | None = None, cluster: str = "dgx-h200") -> list[dict]:
-    """One dict per measured layout: closed form, simulated and measured seconds, errors in percent."""
+         host_gpus: int | None = None, reference_data: str | None = None, cluster: str = "dgx-h200",
+         progress: ProgressCallback | None = None) -> list[dict]:
+    """One dict per measured row: its layout and shape, closed form, simulated and measured seconds,
+    errors in percent. ``progress(1)`` after each row."""
     from trainsim.scenarios.compose import predict
     from trainsim.scenarios.compose import simulate_prediction as simulate_scenario
     from trainsim.scenarios.schema import scenario_from_mapping
 
     out = []
     for row in read_measured(measured_csv):
+        layout = layout_of(row)
         sc = scenario_from_mapping(scenario_mapping(row, profile_name, host_gpus, reference_data, cluster),
-                                   name=f"measured-{row['layout']}")
+                                   name=f"measured-{layout}")
         pred = predict(sc, reference_data=reference_data)
         sim = simulate_scenario(pred)
         measured = float(row["min_s"])
         closed, simulated = pred.eq7.iteration_s, sim.iteration_s
         out.append({
-            "layout": row["layout"], "pp": int(row["pp"]), "mp": int(row["mp"]), "dp": int(row["dp"]),
+            "layout": layout, "pp": int(row["pp"]), "mp": int(row["mp"]), "dp": int(row["dp"]),
+            "hidden": int(row["hidden"]), "heads": int(row["heads"]), "layers": int(row["layers"]),
+            "seq": int(row["seq"]), "micro_batch": int(row["micro_batch"]),
+            "micro_batches": int(row["micro_batches"]),
             "recompute": row.get("recompute") or "none", "device": row.get("device", ""),
             "profile": pred.profile_name,
             "measured_s": measured, "measured_median_s": float(row["median_s"]),
@@ -111,12 +123,32 @@ def rows(measured_csv: str | os.PathLike = DEFAULT_CSV, profile_name: str = "h20
             "closed_form_err_pct": _err(closed, measured), "simulated_err_pct": _err(simulated, measured),
             "warnings": list(pred.warnings),
         })
+        if progress is not None:
+            progress(1)
     return out
 
 
+def summary(table: list[dict]) -> dict:
+    """MAPE and largest absolute error (percent) of the simulation and of Eq. 7 over the rows."""
+    n = len(table)
+    if not n:
+        return {"rows": 0}
+    sim = [abs(r["simulated_err_pct"]) for r in table]
+    eq7 = [abs(r["closed_form_err_pct"]) for r in table]
+    return {"rows": n, "simulated_mape_pct": sum(sim) / n, "simulated_max_abs_err_pct": max(sim),
+            "closed_form_mape_pct": sum(eq7) / n, "closed_form_max_abs_err_pct": max(eq7)}
+
+
 def render(table: list[dict]) -> str:
-    lines = [f"{'layout':16} {'measured':>10} {'closed form':>12} {'err %':>7} {'simulated':>10} {'err %':>7}"]
+    lines = [f"{'layout':12} {'d':>5} {'L':>3} {'seq':>5} {'b':>3} {'m':>3} {'recompute':9} "
+             f"{'measured':>9} {'Eq. 7':>8} {'err %':>6} {'simulated':>9} {'err %':>6}"]
     for r in table:
-        lines.append(f"{r['layout']:16} {r['measured_s']:10.4f} {r['closed_form_s']:12.4f} "
-                     f"{r['closed_form_err_pct']:+7.1f} {r['simulated_s']:10.4f} {r['simulated_err_pct']:+7.1f}")
+        lines.append(f"{r['layout']:12} {r['hidden']:5d} {r['layers']:3d} {r['seq']:5d} {r['micro_batch']:3d} "
+                     f"{r['micro_batches']:3d} {r['recompute']:9} {r['measured_s']:9.4f} {r['closed_form_s']:8.4f} "
+                     f"{r['closed_form_err_pct']:+6.1f} {r['simulated_s']:9.4f} {r['simulated_err_pct']:+6.1f}")
+    s = summary(table)
+    if s["rows"]:
+        lines.append(f"\n{s['rows']} runs: simulation MAPE {s['simulated_mape_pct']:.1f} % "
+                     f"(max {s['simulated_max_abs_err_pct']:.1f} %), Eq. 7 MAPE {s['closed_form_mape_pct']:.1f} % "
+                     f"(max {s['closed_form_max_abs_err_pct']:.1f} %)")
     return "\n".join(lines)

@@ -82,8 +82,8 @@ class Progress:
         if _isatty(self.stream):
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, desc=f"{PREFIX}: {desc}", unit=unit, file=self.stream, leave=False,
-                             dynamic_ncols=True)
+            self._bar = tqdm(total=total, desc=f"{PREFIX}: {desc}", unit=unit if unit == "it" else f" {unit}",
+                             file=self.stream, leave=False, dynamic_ncols=True)
         elif clock is time.monotonic and self.interval_s > 0:
             self._stop = threading.Event()
             self._timer = threading.Thread(target=self._heartbeat, name=f"progress-{desc}", daemon=True)
@@ -95,6 +95,14 @@ class Progress:
     def mode(self) -> str:
         """``quiet``, ``bar`` (tqdm on a terminal) or ``lines``."""
         return "quiet" if self.quiet else ("bar" if self._bar is not None else "lines")
+
+    def set_total(self, total: int | None) -> None:
+        """The total, once known (e.g. a profile's regressor count, found only when its fit starts)."""
+        with self._lock:
+            self.total = total
+            if self._bar is not None:
+                self._bar.total = total
+                self._bar.refresh()
 
     def update(self, n: int = 1) -> None:
         """``n`` more units done."""

@@ -67,7 +67,7 @@ def test_every_operator_runs_on_cpu_and_the_table_is_valid(tmp_path):
 
     env = make_env("cpu", "bf16", seed=0)
     plan = _tiny_plan()
-    stats = run_plan(plan, tmp_path, env, "bf16", warmup=1, iters=2, progress=False)
+    stats = run_plan(plan, tmp_path, env, "bf16", warmup=1, iters=2)
     assert stats == {"measured": len(plan), "skipped": 0, "failed": 0, "remaining": 0}
     rows = read_compute(tmp_path / "compute.csv")
     assert {(s.op, s.direction) for s in rows} == set(plan)
@@ -90,15 +90,15 @@ def test_an_interrupted_run_resumes_without_duplicates(tmp_path):
             raise Stop
 
     with pytest.raises(Stop):
-        run_plan(plan, tmp_path, env, "bf16", warmup=1, iters=2, on_sample=stop_after_5, progress=False)
+        run_plan(plan, tmp_path, env, "bf16", warmup=1, iters=2, on_sample=stop_after_5)
     assert len(read_compute(tmp_path / "compute.csv")) == 5
-    stats = run_plan(plan, tmp_path, env, "bf16", warmup=1, iters=2, progress=False)
+    stats = run_plan(plan, tmp_path, env, "bf16", warmup=1, iters=2)
     assert stats["skipped"] == 5 and stats["measured"] == 7
     rows = read_compute(tmp_path / "compute.csv")
     keys = [(s.op, s.direction) for s in rows]
     assert len(keys) == len(set(keys)) == len(plan)
     with pytest.raises(ConfigError):  # one directory holds one precision
-        run_plan(plan, tmp_path, env, "fp16", warmup=1, iters=2, progress=False)
+        run_plan(plan, tmp_path, env, "fp16", warmup=1, iters=2)
 
 
 def test_calibrate_cli_on_cpu_with_configs(tmp_path, capsys):

@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile-3d", default="h200-sxm-bf16", metavar="NAME", help="profile for --measured-3d")
     p.add_argument("--host-gpus", type=int, default=None, help="GPUs of the host that measured --measured-3d")
     p.add_argument("--cluster-3d", default="dgx-h200", metavar="PRESET", help="cluster preset for --measured-3d")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress and no warnings (errors still print)")
     p.set_defaults(func=run)
 
 
@@ -112,13 +113,18 @@ def render(results: list[dict], summary: dict) -> str:
 
 def run_3d(args: argparse.Namespace) -> int:
     from trainsim.scenarios import compare_3d
-    from trainsim.scenarios.commands.common import print_json
+    from trainsim.scenarios.commands.common import print_json, warn
+    from trainsim.scenarios.progress import Progress
 
-    table = compare_3d.rows(args.measured_3d, args.profile_3d, args.host_gpus, cluster=args.cluster_3d)
+    measured = compare_3d.read_measured(args.measured_3d)
+    with Progress("validate", len(measured), unit="runs", quiet=args.quiet) as bar:
+        table = compare_3d.rows(args.measured_3d, args.profile_3d, args.host_gpus, cluster=args.cluster_3d,
+                                progress=bar.update)
     if args.json:
-        print_json({"layouts": table})
+        print_json({"summary": compare_3d.summary(table), "layouts": table})
     else:
         print(compare_3d.render(table))
+    warn(dict.fromkeys(w for r in table for w in r["warnings"]), quiet=args.quiet)
     return 0
 
 
@@ -132,9 +138,14 @@ def run(args: argparse.Namespace) -> int:
         from trainsim.scenarios.commands.common import check_writable
 
         check_writable(args.out, "--out")
-    with warnings.catch_warnings():
+    from trainsim.scenarios.progress import Progress
+
+    results = []
+    with warnings.catch_warnings(), Progress("validate", len(rows), unit="configurations", quiet=args.quiet) as bar:
         warnings.simplefilter("ignore")  # profile data quirks are reported by `trainsim profile`
-        results = [predict_row(r, args.scenario, args.overrides, args.cache_dir) for r in rows]
+        for r in rows:
+            results.append(predict_row(r, args.scenario, args.overrides, args.cache_dir))
+            bar.update()
     summary = summarize(results)
     text = json.dumps({"summary": summary, "configurations": results}, indent=2) if args.json \
         else render(results, summary)
