@@ -8,7 +8,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trainsim.operators import ConfigError, DurationModel, StagePlan, build_stage_plans
 from trainsim.scenarios.schema import Scenario
@@ -22,9 +22,19 @@ if TYPE_CHECKING:  # the engine imports simpy: not for `trainsim predict`
 _PROFILE_CACHE: dict[tuple[str, str | None, str | None], DurationModel] = {}
 
 
+class FitProgress(Protocol):
+    """Told how many regressors a first use of a profile fits, then each one fitted
+    (:class:`trainsim.scenarios.progress.Progress` is one)."""
+
+    def update(self, n: int = 1) -> None: ...
+
+    def set_total(self, total: int | None) -> None: ...
+
+
 def duration_model(scenario: Scenario, reference_data: str | None = None,
-                   cache_dir: str | None = None) -> DurationModel:
-    """Resolve ``profile.name`` into a duration model (loaded once per process)."""
+                   cache_dir: str | None = None, fit_progress: FitProgress | None = None) -> DurationModel:
+    """Resolve ``profile.name`` into a duration model (loaded once per process; fitted and
+    cached on first use, reported to ``fit_progress``)."""
     name = scenario.profile.name
     ref = scenario.profile.reference_data or reference_data
     if name == "roofline" or name.startswith("roofline:"):
@@ -41,7 +51,10 @@ def duration_model(scenario: Scenario, reference_data: str | None = None,
     if key not in _PROFILE_CACHE:
         from trainsim.calibration import load_profile
 
-        _PROFILE_CACHE[key] = load_profile(name, reference_dir=ref, cache_dir=cache_dir)
+        _PROFILE_CACHE[key] = load_profile(
+            name, reference_dir=ref, cache_dir=cache_dir,
+            progress=None if fit_progress is None else fit_progress.update,
+            on_total=None if fit_progress is None else fit_progress.set_total)
     return _PROFILE_CACHE[key]
 
 
@@ -67,13 +80,16 @@ class Prediction:
     @property
     def model_flops(self) -> float:
         """Model FLOPs of one iteration over all GPUs (recompute not counted, as MFU defines it)."""
+        from trainsim.sim.costs import model_flops
+
         par = self.scenario.parallelism
-        per_mb = sum(s.fwd_flops + s.bwd_flops for s in self.costs.stages)
-        return per_mb * par.mp * par.dp * self.scenario.training.micro_batches
+        return model_flops(self.costs, self.scenario.training.micro_batches, par.mp, par.dp)
 
     def mfu(self, iteration_s: float) -> float:
-        gpu = self.scenario.cluster.gpu
-        return self.model_flops / (iteration_s * self.scenario.gpus * gpu.peak_flops)
+        from trainsim.sim.costs import mfu
+
+        value = mfu(self.model_flops, iteration_s, self.scenario.gpus, self.scenario.cluster.gpu.peak_flops)
+        return value if value is not None else 0.0
 
     def tokens_per_s(self, iteration_s: float) -> float:
         return self.scenario.tokens_per_iteration / iteration_s
@@ -121,11 +137,12 @@ class Prediction:
         }
 
 
-def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: str | None = None) -> Prediction:
+def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: str | None = None,
+            fit_progress: FitProgress | None = None) -> Prediction:
     plans = build_stage_plans(scenario.model, scenario.training, scenario.parallelism)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = duration_model(scenario, reference_data, cache_dir)
+        model = duration_model(scenario, reference_data, cache_dir, fit_progress)
         costs = build_costs(plans, scenario.training, scenario.parallelism, scenario.cluster, model)
     from trainsim.calibration.samples import DataQuirkWarning
 

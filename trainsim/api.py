@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainsim.operators.errors import ConfigError
-from trainsim.scenarios.compose import Prediction
+from trainsim.scenarios.compose import FitProgress, Prediction
 from trainsim.scenarios.schema import Scenario
 
 if TYPE_CHECKING:
@@ -90,23 +90,29 @@ def _scenario(scenario: ScenarioLike) -> Scenario:
                                   f"got {type(scenario).__name__}")
 
 
-def _guard(sc: Scenario, max_events: int | None) -> None:
-    """Refuse, before anything is built, a run whose size would exhaust time or memory."""
-    try:
-        from trainsim.scenarios.guard import DEFAULT_MAX_EVENTS, check_resources
-    except ImportError:  # pragma: no cover - guard not in this build
-        return
-    check_resources(sc, max_events=DEFAULT_MAX_EVENTS if max_events is None else max_events)
+def _guard(sc: Scenario, max_events: int | None, *, simulate: bool = True, record: bool = False,
+           runs: int = 1) -> None:
+    """Refuse, before anything is built, a run whose size would exhaust time or memory
+    (:func:`trainsim.scenarios.guard.check_resources`; ``max_events`` raises the bounds)."""
+    from trainsim.scenarios.guard import DEFAULT_MAX_EVENTS, check_resources
+
+    check_resources(sc, max_events=DEFAULT_MAX_EVENTS if max_events is None else max_events,
+                    simulate=simulate, record=record, runs=runs)
 
 
 def predict(scenario: ScenarioLike, *, reference_data: str | None = None, cache_dir: str | None = None,
-            max_events: int | None = None) -> Prediction:
-    """Eq. 7 (the paper's closed-form 1F1B time) with its components, per-stage costs and warnings."""
+            max_events: int | None = None, fit_progress: FitProgress | None = None) -> Prediction:
+    """Eq. 7 (the paper's closed-form 1F1B time) with its components, per-stage costs and warnings.
+
+    A profile's first use fits and caches its regressors (tens of seconds), reported to
+    ``fit_progress`` (``set_total(n)``, then ``update(1)`` per regressor); the same holds for every
+    function below that takes it.
+    """
     from trainsim.scenarios.compose import predict as _predict
 
     sc = _scenario(scenario)
-    _guard(sc, max_events)
-    return _predict(sc, reference_data=reference_data, cache_dir=cache_dir)
+    _guard(sc, max_events, simulate=False)
+    return _predict(sc, reference_data=reference_data, cache_dir=cache_dir, fit_progress=fit_progress)
 
 
 @dataclass(frozen=True)
@@ -178,7 +184,7 @@ class Simulation:
 def simulate(scenario: ScenarioLike, *, trace: str | os.PathLike[str] | None = None,
              trace_replicas: str = "critical", ideal: bool = False, record: bool = False,
              reference_data: str | None = None, cache_dir: str | None = None,
-             max_events: int | None = None) -> Simulation:
+             max_events: int | None = None, fit_progress: FitProgress | None = None) -> Simulation:
     """Simulate one iteration with the scenario's schedule, mode, seed, DP overlap and jitter.
 
     ``trace``: write a Perfetto / Chrome trace JSON there (atomically). ``trace_replicas``:
@@ -190,7 +196,12 @@ def simulate(scenario: ScenarioLike, *, trace: str | os.PathLike[str] | None = N
 
     if trace_replicas not in ("critical", "all"):
         raise ConfigError("--trace-replicas", f"expected critical or all, got {trace_replicas!r}")
-    pred = predict(scenario, reference_data=reference_data, cache_dir=cache_dir, max_events=max_events)
+    sc = _scenario(scenario)
+    # a critical-replica trace simulates twice; a full one keeps every span
+    _guard(sc, max_events, record=record or (trace is not None and trace_replicas == "all"),
+           runs=2 if trace is not None and trace_replicas == "critical" else 1)
+    pred = predict(sc, reference_data=reference_data, cache_dir=cache_dir, max_events=max_events,
+                   fit_progress=fit_progress)
     if trace is None:
         return Simulation(pred, simulate_prediction(pred, ideal=ideal, record=record))
     from trainsim.scenarios.trace import trace_simulation
@@ -224,11 +235,16 @@ class Comparison:
 
 
 def compare(scenario: ScenarioLike, *, ideal: bool = False, reference_data: str | None = None,
-            cache_dir: str | None = None, max_events: int | None = None) -> Comparison:
+            cache_dir: str | None = None, max_events: int | None = None,
+            fit_progress: FitProgress | None = None) -> Comparison:
     """Switch the simulation's departures from Eq. 7 on one at a time and attribute the difference."""
+    from trainsim.sim.compare import CAUSES
     from trainsim.sim.compare import compare as _compare
 
-    pred = predict(scenario, reference_data=reference_data, cache_dir=cache_dir, max_events=max_events)
+    sc = _scenario(scenario)
+    _guard(sc, max_events, runs=len(CAUSES) + 1)
+    pred = predict(sc, reference_data=reference_data, cache_dir=cache_dir, max_events=max_events,
+                   fit_progress=fit_progress)
     sc = pred.scenario
     c = _compare(pred.costs, sc.cluster, ideal=ideal, seed=sc.simulation.seed,
                  overlap_dp=sc.simulation.overlap_dp, schedule=sc.parallelism.schedule)
@@ -256,7 +272,7 @@ class MonteCarlo:
 def monte_carlo(scenario: ScenarioLike, n: int, seed: int | None = None, jobs: int = 1, backend: str = "joblib",
                 *, scheduler: Any = None, shares: int | None = None, progress: ProgressCallback | None = None,
                 reference_data: str | None = None, cache_dir: str | None = None,
-                max_events: int | None = None) -> MonteCarlo:
+                max_events: int | None = None, fit_progress: FitProgress | None = None) -> MonteCarlo:
     """Monte Carlo of jittered iterations: min, mean, p50, p95, max, mean over min, per-source shares.
 
     ``seed`` defaults to ``simulation.seed``; the same seed gives the same samples bit for bit
@@ -272,7 +288,9 @@ def monte_carlo(scenario: ScenarioLike, n: int, seed: int | None = None, jobs: i
         raise ConfigError("simulation.mode", "jitter needs the realistic mode; the ideal mode follows Eq. 7")
     if backend == "dask" and not scheduler:
         raise ConfigError("--scheduler", "--backend dask needs --scheduler ADDRESS (e.g. tcp://127.0.0.1:8786)")
-    pred = predict(sc, reference_data=reference_data, cache_dir=cache_dir, max_events=max_events)
+    _guard(sc, max_events)  # per iteration: each Monte Carlo sample is one run, none kept in memory
+    pred = predict(sc, reference_data=reference_data, cache_dir=cache_dir, max_events=max_events,
+                   fit_progress=fit_progress)
     res = run_monte_carlo(pred.costs, sc.cluster, jitter, n, seed=sc.simulation.seed if seed is None else seed,
                           jobs=jobs, simulate=scenario_simulator(sc), backend=backend, scheduler=scheduler,
                           progress=progress, mode=sc.simulation.mode, share_samples=shares)

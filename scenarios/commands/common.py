@@ -7,7 +7,13 @@ import json
 import sys
 from typing import Any
 
-from trainsim.scenarios.output import check_writable, write_atomic  # noqa: F401 (re-exported)
+from trainsim.scenarios.output import (  # noqa: F401 (re-exported)
+    PLOT_SUFFIXES,
+    TRACE_SUFFIXES,
+    check_writable,
+    remove_outputs,
+    write_atomic,
+)
 
 
 def add_scenario_args(p: argparse.ArgumentParser) -> None:
@@ -20,12 +26,59 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where fitted profiles are cached; default: $TRAINSIM_CACHE or ~/.cache/trainsim")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--max-events", type=_event_count, default=None, metavar="N",
+                   help="refuse a run that would simulate more SimPy events than this (about 1e5 per second); "
+                        "also scales the memory bound (8 GiB per 5e7); default 5e7")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress and no warnings (errors still print)")
+
+
+def _event_count(text: str) -> int:
+    """``--max-events``: a positive integer, also written 5e7."""
+    try:
+        value = float(text) if any(c in text for c in ".eE") else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer such as 50000000 or 5e7, got {text!r}") from None
+    if not (value >= 1 and value == int(value) and value < 2**63):
+        raise argparse.ArgumentTypeError(f"expected a positive integer such as 50000000 or 5e7, got {text!r}")
+    return int(value)
+
+
+def check_output(path: str, option: str, suffixes: tuple[str, ...]):  # -> Path
+    """Fail before any work if ``path`` cannot be written as one of ``suffixes`` (scenarios.output)."""
+    return check_writable(path, option, suffixes)
+
+
+def check_input_dirs(args: argparse.Namespace) -> None:
+    """--reference-data must be a folder; --cache-dir a folder we can write (or create). Before any work."""
+    from pathlib import Path
+
+    from trainsim.operators import ConfigError
+
+    ref = getattr(args, "reference_data", None)
+    if ref is not None and not Path(ref).is_dir():
+        raise ConfigError("--reference-data", f"{ref!r} is not a folder" if Path(ref).exists()
+                          else f"folder {ref!r} does not exist")
+    cache = getattr(args, "cache_dir", None)
+    if cache is not None:
+        p = Path(cache)
+        existing = next((q for q in (p, *p.parents) if q.exists()), Path("."))
+        if not existing.is_dir():
+            raise ConfigError("--cache-dir", f"{str(existing)!r} is not a folder")
+        import os
+        import tempfile
+
+        try:  # a real probe: os.access says yes to root on /proc or a read-only mount
+            fd, probe = tempfile.mkstemp(dir=existing, prefix=".trainsim-probe.")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise ConfigError("--cache-dir", f"folder {str(existing)!r} is not writable: {e.strerror or e}") from None
 
 
 def load(args: argparse.Namespace):  # -> Scenario; imported lazily to keep --help fast
     from trainsim.scenarios.schema import load_scenario
 
+    check_input_dirs(args)
     return load_scenario(args.scenario, args.overrides)
 
 
@@ -56,3 +109,8 @@ def progress_bar(args: argparse.Namespace, desc: str, total: int | None, unit: s
     from trainsim.scenarios.progress import Progress
 
     return Progress(desc, total, unit=unit, quiet=bool(getattr(args, "quiet", False)))
+
+
+def fit_progress(args: argparse.Namespace):  # -> Progress
+    """Progress of a profile's first fit (silent on a cache hit: it never starts)."""
+    return progress_bar(args, "fitting the profile (first use; cached afterwards)", None, unit="regressors")

@@ -14,8 +14,10 @@ import sys
 
 from trainsim.operators import ConfigError
 from trainsim.scenarios.commands.common import (
+    PLOT_SUFFIXES,
     add_scenario_args,
     check_writable,
+    fit_progress,
     fmt_s,
     load,
     print_json,
@@ -55,24 +57,20 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--out", "only `trainsim jitter fit` writes a snippet; use --json or --plot here")
     if args.n < 1:
         raise ConfigError("-n", f"must be a positive integer, got {args.n}")
-    plot = check_writable(args.plot, "--plot") if args.plot else None
+    plot = check_writable(args.plot, "--plot", PLOT_SUFFIXES) if args.plot else None
 
     from trainsim import api
-    from trainsim.scenarios.montecarlo import DEFAULT_SHARE_SAMPLES
+    from trainsim.scenarios.montecarlo import monte_carlo_total
     from trainsim.sim.jitter import parse_jitter
 
     scenario = load(args)
-    jitter = parse_jitter(scenario.simulation.jitter)
-    total = args.n  # and the per-source share runs: every source re-run on the first seeds
-    if jitter is not None:
-        n_share = min(args.n, DEFAULT_SHARE_SAMPLES if args.shares is None else max(0, args.shares))
-        total += n_share * len(jitter.sources()) if n_share else 0
-    with progress_bar(args, "jitter", total, unit="iterations") as bar:
+    total = monte_carlo_total(parse_jitter(scenario.simulation.jitter), args.n, args.shares)
+    with fit_progress(args) as fitbar, progress_bar(args, "jitter", total, unit="iterations") as bar:
         mc = api.monte_carlo(scenario, args.n, seed=args.seed, jobs=args.jobs, backend=args.backend,
                              scheduler=args.scheduler, shares=args.shares, progress=bar.update,
                              reference_data=args.reference_data, cache_dir=args.cache_dir,
-                             max_events=getattr(args, "max_events", None))
-    warn(mc.warnings)
+                             max_events=getattr(args, "max_events", None), fit_progress=fitbar)
+    warn(mc.warnings, quiet=args.quiet)
     res = mc.result
     if plot is not None:
         write_atomic(plot, lambda tmp: _histogram(res, scenario.name, tmp))
@@ -126,7 +124,7 @@ def _histogram(res, name: str, path: str) -> None:
     ax.set_title(f"{name}: {res.n} jittered iterations, mean/min {res.avg_over_min_pct:+.1f}%")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, format="png", dpi=120)
+    fig.savefig(path, dpi=120)  # the format follows the extension (checked before the run)
     plt.close(fig)
 
 
@@ -142,13 +140,15 @@ def run_fit(args: argparse.Namespace) -> int:
 
     times = read_times(times_path)
     scenario = load_scenario(scenario_name, args.overrides)
-    pred = predict(scenario, reference_data=args.reference_data, cache_dir=args.cache_dir)
-    warn(pred.warnings)
+    with fit_progress(args) as fitbar:
+        pred = predict(scenario, reference_data=args.reference_data, cache_dir=args.cache_dir, fit_progress=fitbar)
+    warn(pred.warnings, quiet=args.quiet)
     seed = scenario.simulation.seed if args.seed is None else args.seed
     from trainsim.scenarios.compose import scenario_simulator
 
-    fit = fit_jitter(times, pred.costs, scenario.cluster, scenario.simulation.jitter, seed=seed, jobs=args.jobs,
-                     simulate=scenario_simulator(scenario))
+    with progress_bar(args, "jitter fit", None, unit="iterations") as bar:
+        fit = fit_jitter(times, pred.costs, scenario.cluster, scenario.simulation.jitter, seed=seed, jobs=args.jobs,
+                         simulate=scenario_simulator(scenario), progress=bar.update)
     text = snippet(fit, times_path)
     if out is not None:
         write_atomic(out, lambda tmp: open(tmp, "w").write(text))

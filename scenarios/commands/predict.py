@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from trainsim.scenarios.commands.common import add_scenario_args, fmt_s, load, print_json, warn
+from trainsim.scenarios.commands.common import add_scenario_args, fit_progress, fmt_s, load, print_json, warn
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,9 +16,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from trainsim import api
 
-    pred = api.predict(load(args), reference_data=args.reference_data, cache_dir=args.cache_dir,
-                       max_events=getattr(args, "max_events", None))
-    warn(pred.warnings)
+    with fit_progress(args) as fitbar:
+        pred = api.predict(load(args), reference_data=args.reference_data, cache_dir=args.cache_dir,
+                           max_events=getattr(args, "max_events", None),
+                           fit_progress=fitbar)
+    warn(pred.warnings, quiet=args.quiet)
     if args.json:
         print_json(pred.to_dict())
         return 0
