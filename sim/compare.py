@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from trainsim.operators.spec import Schedule
 from trainsim.sim.costs import IterationCosts
@@ -50,13 +51,13 @@ class Comparison:
     attribution: dict[str, float]  # cause -> seconds; sums to sim_s - eq7_s
     ideal: bool = False
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"eq7_s": self.eq7_s, "sim_s": self.sim_s, "rel_diff": self.rel_diff,
                 "attribution": dict(self.attribution), "ideal": self.ideal}
 
 
 def compare(costs: IterationCosts, cluster: ClusterSpec | None, ideal: bool = False, seed: int = 0,
-            overlap_dp: bool = False, schedule=None) -> Comparison:
+            overlap_dp: bool = False, schedule: Schedule | str | None = None) -> Comparison:
     e = eq7(costs).iteration_s
     if schedule is None:
         schedule = costs.parallelism.schedule

@@ -186,3 +186,17 @@ def build_costs(
         stages=tuple(stages), micro_batches=training.micro_batches, parallelism=par,
         mp_span=mp_span, dp_span=dp_span, p2p_spans=p2p_spans, notes=tuple(dict.fromkeys(notes)),
     )
+
+
+def model_flops(costs: IterationCosts, micro_batches: int, mp: int, dp: int) -> float:
+    """Model FLOPs of one iteration over all GPUs: every stage's forward and backward FLOPs (the
+    recomputed forward not counted, as MFU defines it) per micro-batch, times micro-batches, MP and DP."""
+    return sum(s.fwd_flops + s.bwd_flops for s in costs.stages) * micro_batches * mp * dp
+
+
+def mfu(model_flops: float, iteration_s: float, gpus: int, peak_flops: float | None) -> float | None:
+    """Model FLOPs utilisation: ``model_flops / (iteration_s * gpus * peak_flops)``; None without a
+    peak or a positive iteration time."""
+    if not peak_flops or not iteration_s > 0:
+        return None
+    return model_flops / (iteration_s * gpus * peak_flops)

@@ -24,35 +24,38 @@ Configured under ``simulation.jitter`` in a scenario (every key also via
             slowdown: 1.15         # >= 1: compute-time multiplier of a straggler for the whole iteration
 
 :class:`Jitter` is the simulation engine's ``perturb`` hook: ``compute_factor``,
-``comm_factor`` and ``processes`` (see :mod:`sim.engine`). Its random numbers come only
-from the run's generator: on first use in a run it derives independent child streams
-from that generator's seed sequence (no draws are taken from the generator itself), one
-per purpose — noise per (kind, tier), stragglers per (stage, replica), compute noise,
-congestion per link. Keyed streams keep *common random numbers* across parameter
-values (a link's episode sequence does not depend on what the rest of the run did), which
-the ablation in :mod:`scenarios.montecarlo` and ``trainsim jitter fit`` rely on.
+``comm_factor`` and ``processes`` (see :mod:`sim.perturb`): a run binds it to its generator
+(:meth:`Jitter.bind`), which gives a :class:`RunJitter` owning the run's random streams
+(:class:`sim.streams.RunStreams`). They are independent child streams derived from that
+generator's seed sequence (no draws are taken from the generator itself), one per purpose —
+noise per (kind, tier), stragglers per (stage, replica), compute noise, congestion per link.
+Keyed streams keep *common random numbers* across parameter values (a link's episode sequence
+does not depend on what the rest of the run did), which the ablation in
+:mod:`scenarios.montecarlo` and ``trainsim jitter fit`` rely on.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-import zlib
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from trainsim.operators.errors import ConfigError, check_number
+from trainsim.sim.kinds import TrafficKind
+from trainsim.sim.streams import NormalStream, RunStreams
+from trainsim.topology.links import LinkTier, tier_of
 
-TIERS = ("nvlink", "nic")
-KINDS = ("mp", "pp", "dp_allreduce", "dp_allgather")
-KIND_ALIASES = {"dp": ("dp_allreduce", "dp_allgather")}
+# Plain strings (the configuration's vocabulary, YAML- and JSON-ready), from the enums.
+TIERS: tuple[str, ...] = tuple(t.value for t in LinkTier)
+KINDS: tuple[str, ...] = tuple(k.value for k in TrafficKind)
+KIND_ALIASES = {"dp": (TrafficKind.DP_ALLREDUCE.value, TrafficKind.DP_ALLGATHER.value)}
 #: Sources of variance the Monte Carlo ablation switches on one at a time.
 SOURCES = ("mp", "pp", "dp", "compute", "congestion")
-SOURCE_KINDS = {"mp": ("mp",), "pp": ("pp",), "dp": ("dp_allreduce", "dp_allgather")}
+SOURCE_KINDS = {"mp": (TrafficKind.MP.value,), "pp": (TrafficKind.PP.value,), "dp": KIND_ALIASES["dp"]}
 
 FIELD = "simulation.jitter"
 
@@ -178,58 +181,99 @@ class Jitter:
         return out
 
     # -- the perturb hook ------------------------------------------------------------------
+    def bind(self, rng: np.random.Generator) -> RunJitter:
+        """This configuration bound to one run whose generator is ``rng`` (what the engine calls)."""
+        return RunJitter(self, RunStreams(rng))
+
+    # One-off factors outside a run (the three-argument hook of sim.perturb.Perturbation). They keep
+    # no state between calls: a straggler is decided by the generator's seed, as in a run, and the
+    # noise is drawn from the generator itself.
     def comm_factor(self, kind: str, tier: str, rng: np.random.Generator) -> float:
         """Multiplier of one transfer's base duration: lognormal with mean 1 (1.0 when off)."""
         sigma = self._sigma.get((kind, tier))
         if sigma is None:
             return 1.0
-        z = _run_state(rng).stream(("noise", kind, tier)).normal()
-        return math.exp(sigma * z - 0.5 * sigma * sigma)
+        return _lognormal(sigma, float(rng.standard_normal()))
 
     def compute_factor(self, stage: int, replica: int, rng: np.random.Generator) -> float:
         """Multiplier of one compute timeout of (stage, replica): straggler slowdown times noise."""
-        cj = self.compute
+        return self.bind(rng).compute_factor(stage, replica)
+
+    def processes(self, env: Any, network: Any, rng: np.random.Generator) -> list[Generator[Any, Any, None]]:
+        """Congestion on/off processes, one per link of each congested tier (started at t=0)."""
+        return self.bind(rng).processes(env, network)
+
+
+def _lognormal(sigma: float, z: float) -> float:
+    """exp(N(-sigma^2/2, sigma)) from a standard normal ``z``: mean 1."""
+    return math.exp(sigma * z - 0.5 * sigma * sigma)
+
+
+class RunJitter:
+    """A :class:`Jitter` bound to one run: the run's streams and which ranks straggle (see module doc)."""
+
+    __slots__ = ("config", "streams", "stragglers", "_noise")
+
+    def __init__(self, config: Jitter, streams: RunStreams) -> None:
+        self.config = config
+        self.streams = streams
+        self.stragglers: dict[tuple[int, int], bool] = {}
+        self._noise: dict[tuple[str, str], NormalStream] = {}  # (kind, tier) -> its stream
+
+    def comm_factor(self, kind: str, tier: str) -> float:
+        """Multiplier of one transfer's base duration: lognormal with mean 1 (1.0 when off)."""
+        sigma = self.config._sigma.get((kind, tier))
+        if sigma is None:
+            return 1.0
+        stream = self._noise.get((kind, tier))
+        if stream is None:
+            # str(): the key's repr seeds the stream, so enum members must not appear in it.
+            stream = self._noise[kind, tier] = self.streams.stream(("noise", str(kind), str(tier)))
+        return _lognormal(sigma, stream.normal())
+
+    def compute_factor(self, stage: int, replica: int) -> float:
+        """Multiplier of one compute timeout of (stage, replica): straggler slowdown times noise."""
+        cj = self.config.compute
         if not cj.active:
             return 1.0
-        state = _run_state(rng)
         f = 1.0
         if cj.straggler_probability > 0 and cj.straggler_slowdown > 1:
             key = (stage, replica)
-            slow = state.stragglers.get(key)
+            slow = self.stragglers.get(key)
             if slow is None:
                 # One draw per (stage, replica) per run, from a stream of its own: whether a rank
                 # straggles does not depend on the order in which ranks first compute.
-                slow = state.child(("straggler", stage, replica)).random() < cj.straggler_probability
-                state.stragglers[key] = slow
+                slow = self.streams.child(("straggler", stage, replica)).random() < cj.straggler_probability
+                self.stragglers[key] = slow
             if slow:
                 f = cj.straggler_slowdown
         if cj.sigma > 0:
-            s = cj.sigma
-            f *= math.exp(s * state.stream(("compute", stage, replica)).normal() - 0.5 * s * s)
+            f *= _lognormal(cj.sigma, self.streams.stream(("compute", stage, replica)).normal())
         return f
 
-    def processes(self, env: Any, network: Any, rng: np.random.Generator) -> list:
+    def processes(self, env: Any, network: Any) -> list[Generator[Any, Any, None]]:
         """Congestion on/off processes, one per link of each congested tier (started at t=0)."""
-        if not self.congestion:
+        config = self.config
+        if not config.congestion:
             return []
-        state = _run_state(rng)
         nominal = dict(getattr(network, "nominal", None) or network.capacities)
         procs = []
-        for c in self.congestion:
-            links = [link for link in sorted(nominal) if link_tier(link) == c.tier]
+        for c in config.congestion:
+            links = [link for link in sorted(nominal) if tier_of(link) == c.tier]
             if c.scope == "tier":
                 if links:
-                    g = state.child(("congestion", c.tier))
+                    g = self.streams.child(("congestion", str(c.tier)))
                     procs.append(congestion_process(env, network.set_capacity, links, nominal, c, g))
                 continue
             for link in links:
-                g = state.child(("congestion", link))
+                g = self.streams.child(("congestion", str(link)))
                 procs.append(congestion_process(env, network.set_capacity, [link], nominal, c, g))
         return procs
 
 
 def congestion_process(env: Any, set_capacity: Callable[[str, float], None], links: list[str],
-                       nominal: Mapping[str, float], c: Congestion, g: np.random.Generator):
+                       nominal: Mapping[str, float], c: Congestion,
+                       g: np.random.Generator) -> Generator[Any, Any, None]:
     """Alternate exponential on/off periods; while on, ``links`` run at ``bandwidth_factor`` of nominal.
 
     The start state is drawn from the stationary probability and, durations being memoryless,
@@ -248,74 +292,10 @@ def congestion_process(env: Any, set_capacity: Callable[[str, float], None], lin
         on = not on
 
 
-def link_tier(link: str) -> str:
-    """Tier of a network link id (``nvlink:<rank>``, ``nic:<node>.<i>``; see topology.graph)."""
-    head = link.split(":", 1)[0]
-    return head if head in TIERS else ("nic" if head == "fabric" else head)
-
-
-# ---------------------------------------------------------------------------------------------
-# Per-run random streams
-
-
-class _Stream:
-    """Standard normals from one generator, drawn in blocks (a scalar draw costs ~1 us of overhead)."""
-
-    __slots__ = ("g", "buf", "i")
-    BLOCK = 256
-
-    def __init__(self, g: np.random.Generator) -> None:
-        self.g = g
-        self.buf: list[float] = []
-        self.i = 0
-
-    def normal(self) -> float:
-        if self.i >= len(self.buf):
-            self.buf = self.g.standard_normal(self.BLOCK).tolist()
-            self.i = 0
-        z = self.buf[self.i]
-        self.i += 1
-        return z
-
-
-class _RunState:
-    def __init__(self, rng: np.random.Generator) -> None:
-        ss = getattr(rng.bit_generator, "seed_seq", None) or getattr(rng.bit_generator, "_seed_seq", None)
-        if not isinstance(ss, np.random.SeedSequence):  # a generator built without a seed sequence
-            ss = np.random.SeedSequence(rng.bit_generator.random_raw(4).tolist())
-        self.entropy = ss.entropy
-        self.spawn_key = tuple(ss.spawn_key)
-        self.streams: dict[tuple, _Stream] = {}
-        self.stragglers: dict[tuple[int, int], bool] = {}
-
-    def child(self, key: tuple) -> np.random.Generator:
-        # A fixed word per key: crc32 of its repr (stable across processes, unlike hash()).
-        word = zlib.crc32(repr(key).encode())
-        seq = np.random.SeedSequence(self.entropy, spawn_key=(*self.spawn_key, 0x717, word))
-        return np.random.Generator(np.random.PCG64(seq))
-
-    def stream(self, key: tuple) -> _Stream:
-        s = self.streams.get(key)
-        if s is None:
-            s = self.streams[key] = _Stream(self.child(key))
-        return s
-
-
-# Per-run state keyed by the run's generator. Generators support neither weak references nor
-# attributes, so a small LRU holds (generator, state); holding the generator keeps its id unique.
-_RUNS: OrderedDict[int, tuple[np.random.Generator, _RunState]] = OrderedDict()
-_RUNS_MAX = 64
-
-
-def _run_state(rng: np.random.Generator) -> _RunState:
-    entry = _RUNS.get(id(rng))
-    if entry is not None and entry[0] is rng:
-        return entry[1]
-    state = _RunState(rng)
-    _RUNS[id(rng)] = (rng, state)
-    while len(_RUNS) > _RUNS_MAX:
-        _RUNS.popitem(last=False)
-    return state
+def link_tier(link: str) -> str | None:
+    """Tier of a network link (a :class:`topology.links.LinkId`, or its text); None if it names none."""
+    tier = tier_of(link)
+    return None if tier is None else tier.value
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,9 @@ lone transfer slower than its own measurement.)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
+from operator import attrgetter
+from typing import Any, Generic, TypeVar
 
 import simpy
 
@@ -30,10 +32,18 @@ from trainsim.operators.errors import ConfigError
 _EPS = 1e-12
 
 
-class _Flow:
+#: What a link is keyed by: a :class:`topology.links.LinkId` in a run (any hashable, e.g. a string, in tests).
+Link = TypeVar("Link", bound=Hashable)
+#: One busy interval of a link: [start_s, end_s or None while busy, kind of the transfer that made it busy].
+BusyInterval = list[Any]
+
+
+class _Flow(Generic[Link]):
+    """One transfer in flight (see module doc)."""
+
     __slots__ = ("rates", "remaining", "x", "last", "version", "done", "kind", "seq")
 
-    def __init__(self, rates: dict[str, float], base_s: float, done: simpy.Event, kind: str, now: float,
+    def __init__(self, rates: dict[Link, float], base_s: float, done: simpy.Event, kind: str, now: float,
                  seq: int) -> None:
         self.seq = seq  # creation order: components are processed in it, so runs are reproducible
         self.rates = rates  # link -> bytes/s at full (nominal) speed
@@ -45,10 +55,17 @@ class _Flow:
         self.kind = kind
 
 
-class Network:
-    """Links with capacities (bytes/s per direction) shared by concurrent transfers."""
+_SEQ = attrgetter("seq")
 
-    def __init__(self, env: simpy.Environment, capacities: Mapping[str, float], record: bool = False) -> None:
+
+class Network(Generic[Link]):
+    """Links with capacities (bytes/s per direction) shared by concurrent transfers.
+
+    ``record``: False, True (every link's busy intervals in :attr:`busy`) or the links to record.
+    """
+
+    def __init__(self, env: simpy.Environment, capacities: Mapping[Link, float],
+                 record: bool | Collection[Link] = False) -> None:
         for link, c in capacities.items():
             if not c > 0:
                 raise ConfigError("cluster", f"link {link} has capacity {c!r}; must be positive")
@@ -56,29 +73,36 @@ class Network:
         self.nominal = dict(capacities)
         self.capacity = dict(capacities)
         # Insertion-ordered dicts, not sets: iteration order must not depend on object ids.
-        self._flows: dict[str, dict[_Flow, None]] = {link: {} for link in capacities}
-        self.record = record
+        self._flows: dict[Link, dict[_Flow[Link], None]] = {link: {} for link in capacities}
+        self.record = bool(record)
+        # None: every link; a set: only those links (a bool ``record`` of False keeps self.record off).
+        self._recorded: frozenset[Link] | None = (
+            None if isinstance(record, bool) else frozenset(record))
         #: link -> list of [start_s, end_s, kind of the transfer that made it busy]
-        self.busy: dict[str, list[list]] = {}
+        self.busy: dict[Link, list[BusyInterval]] = {}
         self.transfers = 0
         self.recomputes = 0
 
     # -- public API -------------------------------------------------------------------------
-    def transfer(self, base_s: float, loads: Mapping[str, float], nbytes: float, kind: str) -> simpy.Event:
+    def transfer(self, base_s: float, loads: Mapping[Link, float], nbytes: float, kind: str) -> simpy.Event:
         """Start a transfer; the returned event fires when it completes."""
         if base_s <= 0:
             return self.transfer_rates(base_s, {}, kind)
         return self.transfer_rates(base_s, {e: w * nbytes / base_s for e, w in loads.items() if w > 0}, kind)
 
-    def capped_rates(self, base_s: float, loads: Mapping[str, float], nbytes: float) -> dict[str, float]:
+    def capped_rates(self, base_s: float, loads: Mapping[Link, float], nbytes: float) -> dict[Link, float]:
         """Nominal rates of one transfer, each capped at its link's nominal capacity (see module doc)."""
         if base_s <= 0:
             return {}
         nominal = self.nominal
         return {e: min(w * nbytes / base_s, nominal[e]) for e, w in loads.items() if w > 0}
 
-    def transfer_rates(self, base_s: float, rates: Mapping[str, float], kind: str) -> simpy.Event:
-        """Start a transfer given its nominal rate per link (bytes/s at full speed)."""
+    def transfer_rates(self, base_s: float, rates: Mapping[Link, float], kind: str) -> simpy.Event:
+        """Start a transfer given its nominal rate per link (bytes/s at full speed).
+
+        A ``dict`` of rates is kept, not copied (a run's routes are made once and never change):
+        the caller must not change it while the transfer runs.
+        """
         env = self.env
         done = env.event()
         if not base_s > 0 or not rates:
@@ -88,9 +112,11 @@ class Network:
             done.succeed()
             return done
         self.transfers += 1
-        flow = _Flow(dict(rates), base_s, done, kind, env.now, self.transfers)
+        flow: _Flow[Link] = _Flow(rates if type(rates) is dict else dict(rates), base_s, done, kind, env.now,
+                                  self.transfers)
         flows = self._flows
         solo = True
+        record, recorded = self.record, self._recorded
         for link in flow.rates:
             try:
                 on = flows[link]
@@ -98,7 +124,7 @@ class Network:
                 raise ConfigError("cluster", f"transfer uses unknown link {link!r}") from None
             if on:
                 solo = False
-            elif self.record:
+            elif record and (recorded is None or link in recorded):
                 self.busy.setdefault(link, []).append([env.now, None, kind])
             on[flow] = None
         if solo:
@@ -112,7 +138,7 @@ class Network:
             self._recompute(self._component(flow.rates))
         return done
 
-    def set_capacity(self, link: str, bytes_per_s: float) -> None:
+    def set_capacity(self, link: Link, bytes_per_s: float) -> None:
         """Change a link's capacity now (a congestion episode); shares are recomputed."""
         if link not in self.capacity:
             raise ConfigError("cluster", f"unknown link {link!r}")
@@ -122,41 +148,42 @@ class Network:
         if self._flows[link]:
             self._recompute(self._component((link,)))
 
-    def active(self, link: str) -> int:
+    def active(self, link: Link) -> int:
         return len(self._flows[link])
 
     # -- internals ----------------------------------------------------------------------------
-    def _arm(self, flow: _Flow, x: float) -> None:
+    def _arm(self, flow: _Flow[Link], x: float) -> None:
         flow.x = x
         flow.version += 1
         version = flow.version
         ev = self.env.timeout(flow.remaining / x)
-        ev.callbacks.append(lambda _ev, f=flow, v=version: self._finish(f, v))
+        ev.callbacks.append(lambda _ev, f=flow, v=version: self._finish(f, v))  # type: ignore[misc]
 
-    def _finish(self, flow: _Flow, version: int) -> None:
+    def _finish(self, flow: _Flow[Link], version: int) -> None:
         if version != flow.version:
             return  # a stale completion: the share changed since this timeout was armed
         now = self.env.now
         flows = self._flows
         neighbours = False
+        record, recorded = self.record, self._recorded
         for link in flow.rates:
             on = flows[link]
             del on[flow]
             if on:
                 neighbours = True
-            elif self.record:
+            elif record and (recorded is None or link in recorded):
                 self.busy[link][-1][1] = now
         flow.remaining = 0.0
         flow.done.succeed()
         if neighbours:
             self._recompute(self._component(flow.rates))
 
-    def _component(self, links) -> list[_Flow]:
+    def _component(self, links: Iterable[Link]) -> list[_Flow[Link]]:
         """All flows connected to ``links`` through shared links, in creation order."""
         flows = self._flows
         stack = list(links)
         seen_links = set(stack)
-        comp: set[_Flow] = set()
+        comp: set[_Flow[Link]] = set()
         while stack:
             for f in flows[stack.pop()]:
                 if f not in comp:
@@ -165,9 +192,9 @@ class Network:
                         if e not in seen_links:
                             seen_links.add(e)
                             stack.append(e)
-        return sorted(comp, key=lambda f: f.seq)
+        return sorted(comp, key=_SEQ)
 
-    def _recompute(self, comp: list[_Flow]) -> None:
+    def _recompute(self, comp: list[_Flow[Link]]) -> None:
         """Progressive filling over one component; re-arm flows whose share changed."""
         if not comp:
             return
@@ -186,15 +213,18 @@ class Network:
                 self._arm(f, x)
 
 
-def max_min_shares(demands: Mapping[object, Mapping[str, float]], capacity: Mapping[str, float]) -> dict:
+Flow = TypeVar("Flow", bound=Hashable)
+
+
+def max_min_shares(demands: Mapping[Flow, Mapping[Link, float]], capacity: Mapping[Link, float]) -> dict[Flow, float]:
     """Max-min fair fractions x_j in (0, 1] by progressive filling.
 
     ``demands[j][e]`` is flow j's rate on link e at full speed; the result keeps
     ``sum_j x_j * demands[j][e] <= capacity[e]`` on every link.
     """
-    residual: dict[str, float] = {}
-    load: dict[str, float] = {}  # summed nominal rate of the still-rising flows
-    count: dict[str, int] = {}  # how many still-rising flows use the link (exact, unlike ``load``)
+    residual: dict[Link, float] = {}
+    load: dict[Link, float] = {}  # summed nominal rate of the still-rising flows
+    count: dict[Link, int] = {}  # how many still-rising flows use the link (exact, unlike ``load``)
     for rates in demands.values():
         for e, r in rates.items():
             if e not in residual:
@@ -204,7 +234,7 @@ def max_min_shares(demands: Mapping[object, Mapping[str, float]], capacity: Mapp
             load[e] += r
             count[e] += 1
     active = list(demands)  # lists, not sets: float sums must not depend on hash order
-    shares: dict = {}
+    shares: dict[Flow, float] = {}
     level = 0.0
     while active:
         live = [e for e, n in count.items() if n > 0 and load[e] > 0]
@@ -224,7 +254,7 @@ def max_min_shares(demands: Mapping[object, Mapping[str, float]], capacity: Mapp
             break
         saturated = {e for e in live if residual[e] <= _EPS * capacity[e]}
         saturated.add(tight)
-        frozen = [j for j in active if any(e in saturated for e in demands[j])]
+        frozen = [j for j in active if not saturated.isdisjoint(demands[j])]
         for j in frozen:
             shares[j] = level
             for e, r in demands[j].items():

@@ -1,6 +1,6 @@
 """Pipeline schedules as pure step lists, one per stage (no SimPy here).
 
-A stage process in :mod:`sim.engine` only walks the list its stage gets; all the
+A stage process in :mod:`sim.processes` only walks the list its stage gets; all the
 scheduling policy lives in these functions, which are tested on their own.
 
 * :func:`one_f_one_b` — Megatron's non-interleaved 1F1B: stage ``s`` of ``pp`` runs
@@ -15,14 +15,31 @@ scheduling policy lives in these functions, which are tested on their own.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from trainsim.operators.errors import ConfigError
 from trainsim.operators.spec import Schedule
 
 
+class StepKind(str, Enum):
+    """A forward or a backward step (equal to the strings ``"F"`` and ``"B"``)."""
+
+    F = "F"
+    B = "B"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+F, B = StepKind.F, StepKind.B
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
-    kind: str  # "F" or "B"
+    kind: StepKind
     micro: int
     chunk: int = 0  # model chunk (virtual stage) on this pipeline rank; 0 unless interleaved
 
@@ -40,17 +57,17 @@ def one_f_one_b(pp: int, m: int, stage: int) -> tuple[Step, ...]:
     _check(pp, m, stage)
     warmup = min(pp - stage - 1, m)
     steady = m - warmup
-    steps = [Step("F", i) for i in range(warmup)]
+    steps = [Step(F, i) for i in range(warmup)]
     for i in range(steady):
-        steps.append(Step("F", warmup + i))
-        steps.append(Step("B", i))
-    steps += [Step("B", steady + i) for i in range(warmup)]
+        steps.append(Step(F, warmup + i))
+        steps.append(Step(B, i))
+    steps += [Step(B, steady + i) for i in range(warmup)]
     return tuple(steps)
 
 
 def gpipe(pp: int, m: int, stage: int) -> tuple[Step, ...]:
     _check(pp, m, stage)
-    return tuple([Step("F", i) for i in range(m)] + [Step("B", i) for i in reversed(range(m))])
+    return tuple([Step(F, i) for i in range(m)] + [Step(B, i) for i in reversed(range(m))])
 
 
 def interleaved_one_f_one_b(pp: int, m: int, stage: int, chunks: int) -> tuple[Step, ...]:
@@ -76,19 +93,19 @@ def interleaved_one_f_one_b(pp: int, m: int, stage: int, chunks: int) -> tuple[S
     else:
         warmup = min((pp - stage - 1) * 2 + (chunks - 1) * pp, total)
 
-    def step(kind: str, k: int) -> Step:
+    def step(kind: StepKind, k: int) -> Step:
         chunk = (k % group) // pp
-        if kind == "B":
+        if kind is B:
             chunk = chunks - chunk - 1
         micro = (k // group) * pp + k % pp
         return Step(kind, micro, chunk)
 
-    steps = [step("F", k) for k in range(warmup)]
+    steps = [step(F, k) for k in range(warmup)]
     remaining = total - warmup
     for k in range(remaining):
-        steps.append(step("F", warmup + k))
-        steps.append(step("B", k))
-    steps += [step("B", k) for k in range(remaining, total)]
+        steps.append(step(F, warmup + k))
+        steps.append(step(B, k))
+    steps += [step(B, k) for k in range(remaining, total)]
     return tuple(steps)
 
 

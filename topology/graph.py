@@ -11,7 +11,8 @@ Rail mapping: GPU with local index ``j`` uses NIC ``j * nics_per_node // gpus_pe
 when a node has no more NICs than GPUs (several GPUs may share one); with more NICs than
 GPUs it owns NICs ``j*N//G .. (j+1)*N//G - 1`` and spreads its traffic evenly over them.
 
-Link ids (what :class:`LinkModel` reports loads on):
+Link ids (what :class:`LinkModel` reports loads on) are :class:`topology.links.LinkId`: typed
+(tier, node, GPU or NIC index), and equal to their text:
 
 - ``"nvlink:<rank>"``: a GPU's NVLink port, capacity ``nvlink_bw`` per direction;
 - ``"nic:<node>.<i>"``: NIC ``i`` of a node, capacity ``nic_bw`` per direction.
@@ -41,6 +42,7 @@ import networkx as nx
 from trainsim.operators.errors import ConfigError
 from trainsim.operators.ops import CollKind
 from trainsim.topology.cluster import ClusterSpec
+from trainsim.topology.links import LinkId, LinkTier, tier_of
 from trainsim.topology.placement import Placement
 
 
@@ -60,7 +62,7 @@ def build_graph(cluster: ClusterSpec, nodes: int) -> nx.Graph:
 
     Graph nodes: ``"gpu<r>"`` (attribute ``node``), ``"nvswitch<n>"`` (only when a node has
     more than one GPU), ``"nic<n>.<i>"``, ``"fabric"``. Edges carry ``capacity`` (bytes/s
-    per direction), ``tier`` (``"nvlink"`` | ``"nic"``) and ``link`` (the LinkModel link id
+    per direction), ``tier`` (a :class:`LinkTier`) and ``link`` (the LinkModel :class:`LinkId`
     whose capacity bounds the edge). The GPU-NIC (PCIe) edge and the NIC-fabric edge both
     belong to the NIC's link.
     """
@@ -76,16 +78,17 @@ def build_graph(cluster: ClusterSpec, nodes: int) -> nx.Graph:
         for i in range(cluster.nics_per_node):
             nic = f"nic{node}.{i}"
             gr.add_node(nic, kind="nic", node=node)
-            gr.add_edge(nic, "fabric", capacity=cluster.nic_bw, tier="nic", link=f"nic:{node}.{i}")
+            gr.add_edge(nic, "fabric", capacity=cluster.nic_bw, tier=LinkTier.NIC, link=LinkId.nic(node, i))
         for j in range(gpn):
             r = node * gpn + j
             gpu = f"gpu{r}"
             gr.add_node(gpu, kind="gpu", node=node, rank=r)
             if gpn > 1:
-                gr.add_edge(gpu, f"nvswitch{node}", capacity=cluster.nvlink_bw, tier="nvlink", link=f"nvlink:{r}")
+                gr.add_edge(gpu, f"nvswitch{node}", capacity=cluster.nvlink_bw, tier=LinkTier.NVLINK,
+                            link=LinkId.nvlink(r, node))
             for i, share in rail_nics(cluster, j):
-                gr.add_edge(gpu, f"nic{node}.{i}", capacity=cluster.nic_bw, tier="nic",
-                            link=f"nic:{node}.{i}", share=share)
+                gr.add_edge(gpu, f"nic{node}.{i}", capacity=cluster.nic_bw, tier=LinkTier.NIC,
+                            link=LinkId.nic(node, i), share=share)
     return gr
 
 
@@ -101,26 +104,32 @@ class LinkModel:
         self.placement = placement
         gpn, nodes = cluster.gpus_per_node, placement.nodes
         self._gpn = gpn
-        self._nvlink_ids = [f"nvlink:{r}" for r in range(placement.gpus)] if gpn > 1 else []
-        self._nic_ids = [[f"nic:{node}.{i}" for i in range(cluster.nics_per_node)] for node in range(nodes)]
+        self._nvlink_ids = [LinkId.nvlink(r, r // gpn) for r in range(placement.gpus)] if gpn > 1 else []
+        self._nic_ids = [[LinkId.nic(node, i) for i in range(cluster.nics_per_node)] for node in range(nodes)]
         self._rails = [rail_nics(cluster, j) for j in range(gpn)]
-        caps: dict[str, float] = {}
+        caps: dict[LinkId, float] = {}
         for link in self._nvlink_ids:
             caps[link] = cluster.nvlink_bw
         for ids in self._nic_ids:
             for link in ids:
                 caps[link] = cluster.nic_bw
-        self.capacities: dict[str, float] = caps
+        self.capacities: dict[LinkId, float] = caps
         # Coefficients depend only on (kind, nodes, GPUs on the node): a handful of values.
         self._coef_cache: dict[tuple[CollKind, int, int], tuple[float, float]] = {}
 
     @staticmethod
-    def tier(link_id: str) -> str:
-        if link_id.startswith("nvlink:"):
-            return "nvlink"
-        if link_id.startswith("nic:") or link_id == "fabric":
-            return "nic"
-        raise KeyError(f"not a link id: {link_id!r}")
+    def tier(link_id: LinkId | str) -> LinkTier:
+        """The link's tier (a :class:`LinkId`'s own; text is looked up with :meth:`LinkId.parse`)."""
+        tier = tier_of(link_id)
+        if tier is None:
+            raise KeyError(f"not a link id: {link_id!r}")
+        return tier
+
+    def rank_links(self, rank: int) -> tuple[LinkId, ...]:
+        """The links GPU ``rank``'s own traffic crosses: its NVLink port and its rail NIC(s)."""
+        nd, j = divmod(rank, self._gpn)
+        port = (self._nvlink_ids[rank],) if self._nvlink_ids else ()
+        return port + tuple(self._nic_ids[nd][i] for i, _ in self._rails[j])
 
     def _coefficients(self, kind: CollKind, n: int, c: int) -> tuple[float, float]:
         """(NVLink port load, NIC load of one GPU) per byte of message."""
@@ -136,7 +145,7 @@ class LinkModel:
             self._coef_cache[key] = coef
         return coef
 
-    def loads(self, kind: CollKind, ranks: Sequence[int]) -> dict[str, float]:
+    def loads(self, kind: CollKind, ranks: Sequence[int]) -> dict[LinkId, float]:
         """Bytes crossing each link (per direction) per byte of message, for a hierarchical ring.
 
         The message is the per-rank buffer for an all-reduce, the per-rank shard for an
@@ -153,7 +162,7 @@ class LinkModel:
             nd = r // gpn
             per_node[nd] = per_node.get(nd, 0) + 1
         n = len(per_node)
-        out: dict[str, float] = {}
+        out: dict[LinkId, float] = {}
         nvlink_ids, nic_ids, rails = self._nvlink_ids, self._nic_ids, self._rails
         for r in ranks:
             nd, j = divmod(r, gpn)
@@ -168,7 +177,7 @@ class LinkModel:
                     out[link] = out.get(link, 0.0) + inter * share
         return out
 
-    def loads_p2p(self, src_rank: int, dst_rank: int) -> dict[str, float]:
+    def loads_p2p(self, src_rank: int, dst_rank: int) -> dict[LinkId, float]:
         """Bytes per byte of message on each link of a transfer: both NVLink ports within a
         node, both GPUs' rail NICs across nodes."""
         if src_rank == dst_rank:
@@ -177,7 +186,7 @@ class LinkModel:
         (sn, sj), (dn, dj) = divmod(src_rank, gpn), divmod(dst_rank, gpn)
         if sn == dn:
             return {self._nvlink_ids[src_rank]: 1.0, self._nvlink_ids[dst_rank]: 1.0}
-        out: dict[str, float] = {}
+        out: dict[LinkId, float] = {}
         for nd, j in ((sn, sj), (dn, dj)):
             for i, share in self._rails[j]:
                 link = self._nic_ids[nd][i]
@@ -206,10 +215,9 @@ class LinkModel:
             nodes, most = self.placement.span(ranks)
             steps = 2 if kind is CollKind.ALL_REDUCE else 1
             latency = steps * ((most - 1) * cl.intra_latency_s + (nodes - 1) * cl.inter_latency_s)
-        worst = {"nvlink": 0.0, "nic": 0.0}
+        worst = {LinkTier.NVLINK: 0.0, LinkTier.NIC: 0.0}
         for link, load in loads.items():
             t = load * nbytes / self.capacities[link]
-            tier = self.tier(link)
-            if t > worst[tier]:
-                worst[tier] = t
-        return latency + worst["nvlink"] + worst["nic"]
+            if t > worst[link.tier]:
+                worst[link.tier] = t
+        return latency + worst[LinkTier.NVLINK] + worst[LinkTier.NIC]

@@ -1,0 +1,188 @@
+"""Elaboration: everything a run needs, made before ``env.run()`` (desmod's build step).
+
+:func:`elaborate` turns stage costs, a cluster and the run's switches into a :class:`Build`:
+the routes (per-link rates of every transfer, :mod:`sim.routes`), the per-step cost table of
+every stage, the schedules, the synchronisation points (mailboxes and posted receives of the
+P2P rendezvous, the barriers, the DP collectives' rendezvous), one tally per stage replica, the
+network, the perturbation bound to the run and the recorder. It starts no process; the
+processes (:mod:`sim.processes`) only read it and write the tallies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from trainsim.sim.costs import IterationCosts, StageCost
+from trainsim.sim.kinds import SimMode
+from trainsim.sim.network import Network
+from trainsim.sim.options import SimOptions
+from trainsim.sim.perturb import AnyPerturbation, RunPerturbation, bind_perturbation
+from trainsim.sim.record import Recorder
+from trainsim.sim.routes import Routes, build_routes
+from trainsim.sim.schedule import Step, StepKind
+from trainsim.topology import ClusterSpec
+from trainsim.topology.links import LinkId
+
+#: A P2P message: (receiving stage, replica, step kind, micro-batch, chunk).
+MessageKey = tuple[int, int, StepKind, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class StepCost:
+    """Durations of one step of a stage (one forward or backward of one chunk)."""
+
+    compute_s: float
+    recompute_s: float
+    mp_s: float
+    p2p_s: float
+    dest: tuple[int, int] | None  # (stage, chunk) that receives this step's output
+    needs_input: bool
+
+
+StepTable = dict[tuple[StepKind, int], StepCost]
+
+
+def step_costs(costs: IterationCosts, own_stage_times: bool, st: StageCost, chunks: int) -> StepTable:
+    """The cost of every (kind, chunk) step of stage ``st``.
+
+    Without ``own_stage_times`` (Eq. 7's assumption) every forward is ``max_fwd_s / chunks`` and
+    every backward ``max_bwd_s / chunks`` with the MP syncs and the P2P send inside.
+    """
+    pp, v = costs.pp, chunks
+    s = st.index
+    out: StepTable = {}
+    for c in range(v):
+        vs = c * pp + s  # virtual stage
+        last_vs = vs == pp * v - 1
+        nxt = ((vs + 1) % pp, (vs + 1) // pp) if not last_vs else None
+        prv = ((vs - 1) % pp, (vs - 1) // pp) if vs > 0 else None
+        wrap_p2p = costs.stages[0].p2p_fwd_s  # interleaved: rank pp-1 -> rank 0 (same message)
+        if not own_stage_times:
+            f = max(x.fwd_s for x in costs.stages) / v
+            b = max(x.bwd_s for x in costs.stages) / v
+            out[StepKind.F, c] = StepCost(f, 0.0, 0.0, 0.0, nxt, prv is not None)
+            out[StepKind.B, c] = StepCost(b, 0.0, 0.0, 0.0, prv, nxt is not None)
+            continue
+        p2p_f = st.p2p_fwd_s if s < pp - 1 else (wrap_p2p if nxt is not None else 0.0)
+        p2p_b = st.p2p_bwd_s if s > 0 else (wrap_p2p if prv is not None else 0.0)
+        out[StepKind.F, c] = StepCost(st.fwd_compute_s / v, 0.0, st.mp_fwd_s / v, p2p_f, nxt, prv is not None)
+        out[StepKind.B, c] = StepCost(st.bwd_compute_s / v, st.recompute_s / v, st.mp_bwd_s / v, p2p_b, prv,
+                                      nxt is not None)
+    return out
+
+
+@dataclass(slots=True)
+class Tally:
+    """Seconds one stage replica spent per activity (its timeline adds up to its end time)."""
+
+    compute: float = 0.0
+    mp: float = 0.0
+    pp: float = 0.0
+    pp_wait: float = 0.0  # the part of ``pp`` spent waiting for the receiver to post its receive
+    dp_allreduce: float = 0.0
+    dp_allgather: float = 0.0
+    optimizer: float = 0.0
+    pipeline_busy: float = 0.0  # compute + MP + P2P up to the last backward, less the waits
+    end: float = 0.0
+
+
+class Barrier:
+    """Fires its event when ``n`` members have arrived; remembers when (:attr:`fired_at`)."""
+
+    __slots__ = ("env", "n", "count", "event", "fired_at")
+
+    def __init__(self, env: simpy.Environment, n: int) -> None:
+        self.env, self.n, self.count, self.event = env, n, 0, env.event()
+        self.fired_at = 0.0
+
+    def arrive(self) -> None:
+        self.count += 1
+        if self.count == self.n:
+            self.fired_at = self.env.now
+            self.event.succeed()
+
+
+@dataclass(frozen=True, slots=True)
+class StageSync:
+    """A stage's bucketed DP collectives: a rendezvous of all replicas per bucket and for the all-gather."""
+
+    bucket_ready: tuple[Barrier, ...]
+    ar_done: simpy.Event
+    ag_ready: Barrier
+    ag_done: simpy.Event
+
+
+@dataclass(frozen=True)
+class Build:
+    """The elaborated model of one run (see module doc)."""
+
+    env: simpy.Environment
+    costs: IterationCosts
+    opts: SimOptions
+    pp: int
+    dp: int
+    chunks: int
+    steps: tuple[tuple[Step, ...], ...]  # per stage
+    tables: tuple[StepTable, ...]  # per stage
+    routes: Routes | None  # None when no switch needs links
+    net: Network[LinkId]
+    perturb: RunPerturbation | None
+    recorder: Recorder | None
+    tallies: dict[tuple[int, int], Tally]
+    mailbox: dict[MessageKey, simpy.Event]  # a message's arrival
+    posted: dict[MessageKey, simpy.Event]  # a receive posted, for the P2P rendezvous
+    drained: Barrier  # every stage replica's last backward has ended
+    # The framework's global gradient-norm / overflow all-reduce before the optimizer step:
+    # no stage updates before every stage's gradients are reduced.
+    synced: Barrier
+    finished: Barrier
+    dp_sync: dict[int, StageSync]  # per stage, bucketed DP mode only
+    mode: SimMode | str = SimMode.REALISTIC  # what SimResult.mode reports
+    seed: int = 0
+
+    @property
+    def rendezvous(self) -> bool:
+        """P2P sends wait for the posted receive. This follows Megatron's non-interleaved 1F1B (and
+        GPipe) call order; its interleaved schedule exchanges in lock-step, there sends stay eager."""
+        return self.opts.p2p_transfers and self.chunks == 1
+
+    def event_count(self) -> int:
+        """SimPy events scheduled so far (SimPy keeps no counter; its event ids are a running count)."""
+        return int(next(self.env._eid))  # noqa: SLF001 - itertools.count in simpy 4
+
+
+def elaborate(costs: IterationCosts, cluster: ClusterSpec | None, opts: SimOptions, steps: tuple[tuple[Step, ...], ...],
+              chunks: int, perturb: AnyPerturbation | None, rng: np.random.Generator,
+              recorder: Recorder | None, *, mode: SimMode | str = SimMode.REALISTIC, seed: int = 0) -> Build:
+    """Build everything a run needs (see module doc); ``cluster`` is needed only with contention."""
+    par = costs.parallelism
+    pp, dp = costs.pp, par.dp
+    env = simpy.Environment()
+    routes = build_routes(costs, cluster, chunks) if opts.contention and cluster is not None else None
+    capacities: dict[LinkId, float] = routes.capacities if routes is not None else {}
+    if recorder is None:
+        net = Network(env, capacities)
+    elif recorder.replicas is None or routes is None:
+        net = Network(env, capacities, record=True)
+    else:
+        links: set[LinkId] = set()
+        for s, r in recorder.replicas:
+            links |= routes.replica_links(s, r)
+        net = Network(env, capacities, record=links)
+    n = pp * dp
+    dp_sync: dict[int, StageSync] = {}
+    if opts.bucketed_dp:
+        for s, st in enumerate(costs.stages):
+            dp_sync[s] = StageSync(tuple(Barrier(env, dp) for _ in st.dp_bucket_s), env.event(), Barrier(env, dp),
+                                   env.event())
+    return Build(
+        env=env, costs=costs, opts=opts, pp=pp, dp=dp, chunks=chunks, steps=steps,
+        tables=tuple(step_costs(costs, opts.own_stage_times, st, chunks) for st in costs.stages),
+        routes=routes, net=net, perturb=bind_perturbation(perturb, rng) if perturb is not None else None,
+        recorder=recorder, tallies={(s, r): Tally() for s in range(pp) for r in range(dp)},
+        mailbox={}, posted={}, drained=Barrier(env, n), synced=Barrier(env, n), finished=Barrier(env, n),
+        dp_sync=dp_sync, mode=mode, seed=seed,
+    )

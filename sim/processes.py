@@ -1,0 +1,283 @@
+"""The SimPy processes of a run: one per (stage, DP replica), two per stage for its DP collectives.
+
+Each is a generator taking ``env`` first and the run's :class:`sim.build.Build` (``ctx``),
+which it only reads (apart from its own tally). A stage replica walks its stage's schedule
+(:mod:`sim.schedule`): for each step it waits for its input (posting the receive first), computes with
+the step's MP all-reduces (:func:`compute_step`), posts the next receive early where Megatron
+batches it (:func:`post_next_receive`) and sends its output (:func:`p2p_send`); then it syncs
+its gradients (:func:`gradient_sync`) and runs its update (:func:`update`). The behaviour is
+described in :mod:`sim.engine`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+import simpy
+
+from trainsim.sim.build import Build, MessageKey, StageSync, StepCost, StepTable, Tally
+from trainsim.sim.kinds import TrafficKind
+from trainsim.sim.routes import Rates, TierKey
+from trainsim.sim.schedule import Step, StepKind
+from trainsim.topology.links import LinkTier
+
+Process = Generator[simpy.Event, Any, None]
+
+MP, PP, DP_AR, DP_AG = TrafficKind.MP, TrafficKind.PP, TrafficKind.DP_ALLREDUCE, TrafficKind.DP_ALLGATHER
+
+
+def start(ctx: Build) -> None:
+    """Start every process of a run, in the order that fixes the order of simultaneous events."""
+    env = ctx.env
+    for s in ctx.dp_sync:
+        env.process(dp_allreduce_process(env, ctx, s))
+        env.process(dp_allgather_process(env, ctx, s))
+    for s in range(ctx.pp):
+        for r in range(ctx.dp):
+            env.process(stage_process(env, ctx, s, r, ctx.steps[s]))
+    if ctx.perturb is not None:
+        for proc in ctx.perturb.processes(env, ctx.net):
+            env.process(proc)
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+def meet(env: simpy.Environment, box: dict[MessageKey, simpy.Event], key: MessageKey) -> simpy.Event:
+    """The event two parties share for ``key``: the first to ask creates it, the second takes it out
+    of ``box``. Every key is touched exactly twice, so the boxes stay small."""
+    ev = box.pop(key, None)
+    if ev is None:
+        ev = box[key] = env.event()
+    return ev
+
+
+def comm(ctx: Build, base_s: float, rates: Rates | None, kind: TrafficKind, key: TierKey) -> simpy.Event:
+    """A transfer of ``base_s`` seconds alone: jittered (as the tier of ``key``'s route, see
+    :meth:`sim.routes.Routes.tier`), and shared on its links with contention."""
+    if ctx.perturb is not None:
+        tier = ctx.routes.tier(kind, key) if ctx.routes is not None else LinkTier.NIC
+        base_s *= ctx.perturb.comm_factor(kind, tier)
+    if ctx.opts.contention and rates:
+        return ctx.net.transfer_rates(base_s, rates, kind)
+    return ctx.env.timeout(base_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """What a stage replica's process looks up once: its table, tally, track and routes."""
+
+    stage: int
+    replica: int
+    table: StepTable
+    tally: Tally
+    track: int | None  # recorder track code; None: not recorded
+    mp_rates: Rates | None
+    rendezvous: bool  # P2P sends wait for the posted receive (see Build.rendezvous)
+    bucketed: bool  # its stage's gradients go through the bucketed DP collective
+    n_buckets: int
+
+    def factor(self, ctx: Build) -> float:
+        return 1.0 if ctx.perturb is None else ctx.perturb.compute_factor(self.stage, self.replica)
+
+    def span(self, ctx: Build, name: str, cat: str, start_s: float, end_s: float) -> None:
+        if self.track is not None and ctx.recorder is not None:
+            ctx.recorder.span(self.track, name, cat, start_s, end_s)
+
+
+def _lane(ctx: Build, s: int, r: int) -> Lane:
+    st = ctx.costs.stages[s]
+    bucketed = ctx.opts.bucketed_dp and ctx.dp > 1 and bool(st.dp_bucket_s)
+    return Lane(stage=s, replica=r, table=ctx.tables[s], tally=ctx.tallies[s, r],
+                track=ctx.recorder.replica(s, r) if ctx.recorder is not None else None,
+                mp_rates=ctx.routes.mp.get((s, r)) if ctx.routes else None, rendezvous=ctx.rendezvous,
+                bucketed=bucketed, n_buckets=len(st.dp_bucket_s) if bucketed else 0)
+
+
+# -- the stage replica -------------------------------------------------------------------------------
+
+def stage_process(env: simpy.Environment, ctx: Build, stage: int, replica: int, steps: tuple[Step, ...]) -> Process:
+    """One stage replica (its MP ranks in lock-step): the schedule, the gradient sync, the update."""
+    lane = _lane(ctx, stage, replica)
+    table, rendezvous, posted, mailbox = lane.table, lane.rendezvous, ctx.posted, ctx.mailbox
+    last = len(steps) - 1
+    posted_ahead = False  # this step's receive was posted with the previous step's send
+    for i, step in enumerate(steps):
+        sc = table[step.kind, step.chunk]
+        if sc.needs_input:
+            # Post this step's receive (unless posted with the last send) and wait for the message.
+            key = (stage, replica, step.kind, step.micro, step.chunk)
+            if rendezvous and not posted_ahead:
+                meet(env, posted, key).succeed()
+            yield meet(env, mailbox, key)
+        posted_ahead = False
+        yield from compute_step(env, ctx, lane, step, sc, i == last and lane.bucketed)
+        if rendezvous and i < last:
+            posted_ahead = post_next_receive(env, ctx, lane, step, steps[i + 1])
+        if sc.dest is not None:
+            yield from p2p_send(env, ctx, lane, step, sc, sc.dest)
+    t = lane.tally
+    # Waiting for a receiver is blocked in a send (exposed P2P) but moves no data: a bubble.
+    t.pipeline_busy = t.compute + t.mp + t.pp - t.pp_wait
+    ctx.drained.arrive()
+    yield from gradient_sync(env, ctx, lane)
+    yield from update(env, ctx, lane)
+    t.end = env.now
+    ctx.finished.arrive()
+
+
+def compute_step(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, sc: StepCost,
+                 ready_buckets: bool) -> Process:
+    """The step's compute and its MP all-reduces. The last backward of a bucketed stage readies its
+    gradient buckets: with ``overlap_dp`` bucket k after (k+1)/n of its work, else all at its end."""
+    split = lane.n_buckets if ready_buckets and ctx.opts.overlap_dp else 1
+    tally = lane.tally
+    t0 = env.now
+    for piece in range(split):
+        yield env.timeout(sc.compute_s * lane.factor(ctx) / split)
+        t1 = env.now
+        tally.compute += t1 - t0
+        if lane.track is not None:
+            _record_compute(ctx, lane, step, sc, t0, t1)
+        if sc.mp_s > 0:
+            yield comm(ctx, sc.mp_s / split, lane.mp_rates, MP, lane.stage)
+            tally.mp += env.now - t1
+            if lane.track is not None:
+                lane.span(ctx, f"MP all-reduce {step.kind}{step.micro}", "mp", t1, env.now)
+        if ready_buckets:
+            sync = ctx.dp_sync[lane.stage]
+            for k in range(piece, lane.n_buckets if split == 1 else piece + 1):
+                sync.bucket_ready[k].arrive()
+        t0 = env.now
+
+
+def _record_compute(ctx: Build, lane: Lane, step: Step, sc: StepCost, t0: float, t1: float) -> None:
+    rec = ctx.recorder
+    assert rec is not None and lane.track is not None
+    kind, micro, chunk = step.kind, step.micro, step.chunk
+    name = f"{kind}{micro}" + (f".{chunk}" if ctx.chunks > 1 else "")
+    if kind == StepKind.F:
+        rec.span(lane.track, name, "forward", t0, t1, micro, chunk)
+        return
+    r = min(t1 - t0, sc.recompute_s / max(sc.compute_s, 1e-300) * (t1 - t0)) if sc.recompute_s else 0.0
+    rec.span(lane.track, name + " recompute", "recompute", t0, t0 + r, micro, chunk)
+    rec.span(lane.track, name, "backward", t0 + r, t1, micro, chunk)
+
+
+def post_next_receive(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, nxt: Step) -> bool:
+    """Megatron batches a send with the receive of the next step when the kind changes
+    (send_forward_recv_backward, send_backward_recv_forward): that receive is posted before the
+    send starts. In warm-up (F, F) and drain (B, B) the calls are sequential: the receive is
+    posted only after the send. Returns whether it posted."""
+    if nxt.kind != step.kind and lane.table[nxt.kind, nxt.chunk].needs_input:
+        meet(env, ctx.posted, (lane.stage, lane.replica, nxt.kind, nxt.micro, nxt.chunk)).succeed()
+        return True
+    return False
+
+
+def p2p_send(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, sc: StepCost,
+             dest: tuple[int, int]) -> Process:
+    """Send the step's output to ``dest`` (stage, chunk). NCCL send/recv is a rendezvous: the
+    transfer starts once the receiver has posted its receive; until then the sender waits
+    (exposed P2P)."""
+    ds, dc = dest
+    s, r, tally = lane.stage, lane.replica, lane.tally
+    key = (ds, r, step.kind, step.micro, dc)
+    if lane.rendezvous:
+        t1 = env.now
+        yield meet(env, ctx.posted, key)
+        tally.pp += env.now - t1
+        tally.pp_wait += env.now - t1
+        if lane.track is not None:
+            lane.span(ctx, f"P2P wait {step.kind}{step.micro}", "pp_wait", t1, env.now)
+    if sc.p2p_s > 0:
+        t1 = env.now
+        if ctx.opts.p2p_transfers:
+            routes = ctx.routes
+            rates = routes.p2p.get((s, ds, r)) if routes else None
+            yield comm(ctx, sc.p2p_s, rates, PP, (s, ds))
+        else:
+            yield env.timeout(sc.p2p_s)
+        tally.pp += env.now - t1
+        if lane.track is not None:
+            lane.span(ctx, f"P2P {step.kind}{step.micro}", "pp", t1, env.now)
+    meet(env, ctx.mailbox, key).succeed()
+
+
+def gradient_sync(env: simpy.Environment, ctx: Build, lane: Lane) -> Process:
+    """Wait for the stage's DP all-reduce, then for every stage's (the gradient-norm barrier)."""
+    s = lane.stage
+    st = ctx.costs.stages[s]
+    t1 = env.now
+    if lane.bucketed:
+        yield ctx.dp_sync[s].ar_done
+    elif ctx.opts.bucketed_dp or st.dp_allreduce_s <= 0:
+        pass  # dp == 1: nothing to reduce
+    else:
+        yield comm(ctx, st.dp_allreduce_s, None, DP_AR, s)
+        lane.span(ctx, "DP all-reduce", "dp_allreduce", t1, env.now)
+    t_ar = env.now
+    ctx.synced.arrive()
+    yield ctx.synced.event
+    # Exposed DP all-reduce: what it added beyond the pipeline drain.
+    lane.tally.dp_allreduce = max(0.0, t_ar - max(t1, ctx.drained.fired_at))
+
+
+def update(env: simpy.Environment, ctx: Build, lane: Lane) -> Process:
+    """The optimizer step and the ZeRO-1 all-gather (bucketed mode), or Eq. 7's update."""
+    s, tally = lane.stage, lane.tally
+    st = ctx.costs.stages[s]
+    t2 = env.now
+    if ctx.opts.bucketed_dp:
+        yield env.timeout(st.optimizer_s * lane.factor(ctx))
+        t3 = env.now
+        tally.optimizer = t3 - t2
+        lane.span(ctx, "optimizer", "optimizer", t2, t3)
+        if ctx.dp > 1:
+            sync = ctx.dp_sync[s]
+            sync.ag_ready.arrive()
+            yield sync.ag_done
+            tally.dp_allgather = env.now - t3
+            lane.span(ctx, "DP all-gather", "dp_allgather", t3, env.now)
+    else:
+        yield env.timeout(st.update_s)
+        tally.optimizer = env.now - t2
+        lane.span(ctx, "update", "update", t2, env.now)
+
+
+# -- a stage's DP collectives (bucketed mode) -----------------------------------------------------------
+
+def _collectives_track(ctx: Build, s: int) -> int | None:
+    return ctx.recorder.collectives(s) if ctx.recorder is not None else None
+
+
+def dp_allreduce_process(env: simpy.Environment, ctx: Build, s: int) -> Process:
+    """The stage's gradient buckets, one after another, each once every replica has it ready."""
+    sync: StageSync = ctx.dp_sync[s]
+    routes = ctx.routes
+    track = _collectives_track(ctx, s)
+    for k, base in enumerate(ctx.costs.stages[s].dp_bucket_s):
+        yield sync.bucket_ready[k].event
+        t0 = env.now
+        rates = routes.dp_ar.get((s, k)) if routes else None
+        yield comm(ctx, base, rates, DP_AR, s)
+        if track is not None and ctx.recorder is not None:
+            ctx.recorder.span(track, f"all-reduce bucket {k}", "dp_allreduce", t0, env.now)
+    sync.ar_done.succeed()
+
+
+def dp_allgather_process(env: simpy.Environment, ctx: Build, s: int) -> Process:
+    """The stage's ZeRO-1 parameter all-gather, once every replica has run its optimizer step."""
+    if ctx.dp == 1:
+        return
+    sync = ctx.dp_sync[s]
+    yield sync.ag_ready.event
+    t0 = env.now
+    routes = ctx.routes
+    rates = routes.dp_ag.get(s) if routes else None
+    yield comm(ctx, ctx.costs.stages[s].dp_allgather_s, rates, DP_AG, s)
+    track = _collectives_track(ctx, s)
+    if track is not None and ctx.recorder is not None:
+        ctx.recorder.span(track, "all-gather", "dp_allgather", t0, env.now)
+    sync.ag_done.succeed()
