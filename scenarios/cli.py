@@ -27,11 +27,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"trainsim: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of ``only`` (a command's name as typed) when it is one:
+    then no other command module is imported (``trainsim predict`` does not pay for torch's
+    collective benchmark's imports)."""
     parser = _Parser(prog="trainsim", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name in COMMANDS:
+    module_name = None if only is None else only.replace("-", "_")
+    names = [module_name] if module_name in COMMANDS else COMMANDS
+    for name in names:
         try:
             module = importlib.import_module(f"trainsim.scenarios.commands.{name}")
         except ModuleNotFoundError as e:
@@ -46,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if tuple(argv[:2]) in ALIASES:
         argv = [ALIASES[tuple(argv[:2])], *argv[2:]]
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv and not argv[0].startswith("-") else None)
     args = parser.parse_args(argv)
     args.raw_argv = argv[1:]
     try:

@@ -167,7 +167,8 @@ def scenario_simulator(scenario: Scenario) -> Callable[..., SimResult]:
                              overlap_dp=scenario.simulation.overlap_dp)
 
 
-def simulate_prediction(pred: Prediction, *, ideal: bool = False, record: Any = False) -> SimResult:
+def simulate_prediction(pred: Prediction, *, ideal: bool = False, record: Any = False,
+                        progress: Callable[[float], None] | None = None) -> SimResult:
     """Simulate a prediction's scenario once, with its mode, seed, schedule, DP overlap and jitter.
 
     ``record``: ``False``, ``True`` (every span) or a collection of ``(stage, replica)`` pairs whose
@@ -179,4 +180,4 @@ def simulate_prediction(pred: Prediction, *, ideal: bool = False, record: Any = 
     mode = "ideal" if ideal else sc.simulation.mode
     perturb = parse_jitter(sc.simulation.jitter) if mode == "realistic" else None
     return scenario_simulator(sc)(pred.costs, sc.cluster, mode=mode, seed=sc.simulation.seed, perturb=perturb,
-                                  record=record, tokens_per_iteration=sc.tokens_per_iteration)
+                                  record=record, tokens_per_iteration=sc.tokens_per_iteration, progress=progress)

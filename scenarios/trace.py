@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -80,7 +80,8 @@ def write_chrome_trace(result: SimResult, path: str | os.PathLike[str], other: d
 
 
 def trace_simulation(pred: Prediction, path: Path, *, replicas: str = "critical", ideal: bool = False,
-                     record: bool = False) -> tuple[SimResult, Path, str | None]:
+                     record: bool = False, progress: Callable[[float], None] | None = None,
+                     ) -> tuple[SimResult, Path, str | None]:
     """Simulate ``pred``'s scenario and write its trace to ``path`` atomically.
 
     ``replicas="critical"``: a first run finds each stage's critical replica, a second (the same
@@ -96,9 +97,9 @@ def trace_simulation(pred: Prediction, path: Path, *, replicas: str = "critical"
     total = sc.parallelism.pp * sc.parallelism.dp
     note = None
     if replicas == "all" or sc.parallelism.dp == 1:
-        result = traced = simulate_prediction(pred, ideal=ideal, record=True)
+        result = traced = simulate_prediction(pred, ideal=ideal, record=True, progress=progress)
     else:
-        result = simulate_prediction(pred, ideal=ideal, record=record)
+        result = simulate_prediction(pred, ideal=ideal, record=record, progress=progress)
         keep = {(s, r) for s, r in enumerate(result.stage_critical)}
         traced = simulate_prediction(pred, ideal=ideal, record=keep)
         if traced.iteration_s != result.iteration_s:  # pragma: no cover - the simulation is deterministic

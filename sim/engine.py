@@ -47,10 +47,11 @@ routes of :mod:`sim.routes`), :func:`run` (the processes of :mod:`sim.processes`
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import simpy
 
 from trainsim.operators.errors import ConfigError
 from trainsim.operators.spec import Schedule
@@ -133,8 +134,12 @@ def simulate(
     peak_flops: float | None = None,
     options: SimOptions | None = None,
     overlap_dp: bool = False,
+    progress: Callable[[float], None] | None = None,
 ) -> SimResult:
     """Simulate one iteration: :func:`build` the model, :func:`run` it, :func:`collect` the result.
+
+    ``progress``, if given, is called now and then with the simulated seconds reached (a long
+    run's progress report); it changes nothing in the run.
 
     ``options`` overrides ``mode``'s effect switches (used by compare). ``cluster`` may be None
     only when no switch needs links (ideal, or contention off). MFU uses ``peak_flops`` or else
@@ -144,7 +149,7 @@ def simulate(
     """
     ctx = build(costs, cluster, mode=mode, seed=seed, perturb=perturb, record=record, schedule=schedule,
                 options=options, overlap_dp=overlap_dp)
-    wall = run(ctx)
+    wall = run(ctx, progress)
     peak = peak_flops if peak_flops is not None else (cluster.gpu.peak_flops if cluster is not None else None)
     return collect(ctx, wall, tokens_per_iteration=tokens_per_iteration, peak_flops=peak)
 
@@ -178,11 +183,32 @@ def build(
                      recorder_for(record, pp, dp), mode=mode if options is None else label(opts), seed=seed)
 
 
-def run(ctx: Build) -> float:
-    """Start the processes and run until every stage replica has finished; returns the wall seconds."""
+#: events between two progress reports (a few milliseconds of a run)
+PROGRESS_EVERY = 8192
+
+
+def run(ctx: Build, progress: Callable[[float], None] | None = None) -> float:
+    """Start the processes and run until every stage replica has finished; returns the wall seconds.
+
+    With ``progress``, the run steps through the same events itself, exactly as ``env.run(until=done)``
+    does (``env.step`` until the until-event's ``StopSimulation`` callback fires), and reports the
+    simulated time every :data:`PROGRESS_EVERY` events.
+    """
     processes.start(ctx)
+    env, done = ctx.env, ctx.finished.event
     t0 = time.perf_counter()
-    ctx.env.run(until=ctx.finished.event)
+    if progress is None:
+        env.run(until=done)
+        return time.perf_counter() - t0
+    assert done.callbacks is not None  # not yet processed: the processes have only just started
+    done.callbacks.append(simpy.core.StopSimulation.callback)
+    try:
+        while True:
+            for _ in range(PROGRESS_EVERY):
+                env.step()
+            progress(env.now)
+    except simpy.core.StopSimulation:
+        progress(env.now)
     return time.perf_counter() - t0
 
 

@@ -129,3 +129,15 @@ def test_import_trainsim_is_light():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def test_simulation_progress_reports_simulated_time_and_changes_nothing(small, monkeypatch):
+    import trainsim.sim.engine as engine
+
+    monkeypatch.setattr(engine, "PROGRESS_EVERY", 97)  # many reports on a small run
+    seen: list[float] = []
+    with_progress = trainsim.simulate(small, progress=seen.append).result
+    plain = trainsim.simulate(small).result
+    assert len(seen) >= 5 and seen == sorted(seen)
+    assert seen[-1] == with_progress.iteration_s == plain.iteration_s
+    assert with_progress.events == plain.events and with_progress.breakdown == plain.breakdown

@@ -36,13 +36,15 @@ A GPU's NIC load lands on its rail NIC(s); GPUs sharing a NIC add up.
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from trainsim.operators.errors import ConfigError
 from trainsim.operators.ops import CollKind
 from trainsim.topology.cluster import ClusterSpec
 from trainsim.topology.links import LinkId, LinkTier, tier_of
+
+if TYPE_CHECKING:  # networkx costs 0.2 s to import; only build_graph needs it
+    import networkx as nx
 from trainsim.topology.placement import Placement
 
 
@@ -70,6 +72,8 @@ def build_graph(cluster: ClusterSpec, nodes: int) -> nx.Graph:
         raise ConfigError("cluster.nodes", f"must be a positive integer, got {nodes!r}")
     cluster.check_nodes(nodes)
     gpn = cluster.gpus_per_node
+    import networkx as nx
+
     gr = nx.Graph(cluster=cluster.name)
     gr.add_node("fabric", kind="fabric")
     for node in range(nodes):

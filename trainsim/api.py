@@ -184,13 +184,15 @@ class Simulation:
 def simulate(scenario: ScenarioLike, *, trace: str | os.PathLike[str] | None = None,
              trace_replicas: str = "critical", ideal: bool = False, record: bool = False,
              reference_data: str | None = None, cache_dir: str | None = None,
-             max_events: int | None = None, fit_progress: FitProgress | None = None) -> Simulation:
+             max_events: int | None = None, fit_progress: FitProgress | None = None,
+             progress: Callable[[float], None] | None = None) -> Simulation:
     """Simulate one iteration with the scenario's schedule, mode, seed, DP overlap and jitter.
 
     ``trace``: write a Perfetto / Chrome trace JSON there (atomically). ``trace_replicas``:
     ``"critical"`` keeps the critical replica of every stage and the links its traffic used;
     ``"all"`` keeps every stage replica. ``record``: keep every span in ``result.spans``
-    (for plots). ``ideal``: Eq. 7's assumptions (equals Eq. 7).
+    (for plots). ``ideal``: Eq. 7's assumptions (equals Eq. 7). ``progress(simulated_s)`` is
+    called now and then during a long run.
     """
     from trainsim.scenarios.compose import simulate_prediction
 
@@ -203,10 +205,11 @@ def simulate(scenario: ScenarioLike, *, trace: str | os.PathLike[str] | None = N
     pred = predict(sc, reference_data=reference_data, cache_dir=cache_dir, max_events=max_events,
                    fit_progress=fit_progress)
     if trace is None:
-        return Simulation(pred, simulate_prediction(pred, ideal=ideal, record=record))
+        return Simulation(pred, simulate_prediction(pred, ideal=ideal, record=record, progress=progress))
     from trainsim.scenarios.trace import trace_simulation
 
-    result, path, note = trace_simulation(pred, Path(trace), replicas=trace_replicas, ideal=ideal, record=record)
+    result, path, note = trace_simulation(pred, Path(trace), replicas=trace_replicas, ideal=ideal, record=record,
+                                          progress=progress)
     return Simulation(pred, result, trace=str(path), trace_note=note)
 
 

@@ -13,6 +13,7 @@ from trainsim.scenarios.commands.common import (
     fmt_s,
     load,
     print_json,
+    progress_bar,
     remove_outputs,
     warn,
     write_atomic,
@@ -36,11 +37,11 @@ def run(args: argparse.Namespace) -> int:
 
     outputs = {opt: check_output(path, f"--{opt}", TRACE_SUFFIXES if opt == "trace" else PLOT_SUFFIXES)
                for opt, path in (("trace", args.trace), ("plot", args.plot), ("breakdown", args.breakdown)) if path}
-    with fit_progress(args) as fitbar:
+    with fit_progress(args) as fitbar, progress_bar(args, "simulating", None, unit="simulated ms") as bar:
         sim = api.simulate(load(args), trace=outputs.get("trace"), trace_replicas=args.trace_replicas,
                            ideal=args.ideal, record=bool(args.plot), reference_data=args.reference_data,
                            cache_dir=args.cache_dir, max_events=getattr(args, "max_events", None),
-                           fit_progress=fitbar)
+                           fit_progress=fitbar, progress=_simulated_ms(bar))
     pred, result = sim.prediction, sim.result
     warn(pred.warnings, quiet=args.quiet)
     written = [outputs["trace"]] if "trace" in outputs else []
@@ -67,6 +68,19 @@ def run(args: argparse.Namespace) -> int:
     if sim.trace_note:
         print(f"note: {sim.trace_note}")
     return 0
+
+
+def _simulated_ms(bar):  # -> Callable[[float], None]
+    """Report the simulated time reached, in milliseconds, to a progress reporter."""
+    reached = [0]
+
+    def report(now_s: float) -> None:
+        ms = int(now_s * 1e3)
+        if ms > reached[0]:
+            bar.update(ms - reached[0])
+            reached[0] = ms
+
+    return report
 
 
 def render(pred, r) -> str:
