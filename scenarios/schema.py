@@ -97,6 +97,10 @@ class Scenario:
         return t.micro_batch * t.micro_batches * self.parallelism.dp * self.model.seq_len
 
 
+#: libyaml's safe loader where PyYAML was built with it (several times faster), else PyYAML's own
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def bundled_names() -> list[str]:
     return sorted(p.stem for p in BUNDLED_DIR.glob("*.yaml"))
 
@@ -106,7 +110,7 @@ def _check_structure(text: str, where: str) -> None:
     sizes: dict[str, int] = {}  # anchor -> expanded node count
     stack: list[list[Any]] = []  # [anchor, nodes so far] per open collection
     try:
-        for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        for ev in yaml.parse(text, Loader=_LOADER):
             if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 stack.append([ev.anchor, 1])
                 if len(stack) > MAX_DEPTH:
@@ -136,7 +140,7 @@ def _parse_yaml(text: str, where: str) -> Any:
     """``yaml.safe_load`` with every failure a ConfigError naming ``where``."""
     _check_structure(text, where)
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader (C or Python)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -250,16 +254,35 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             parsed = _parse_yaml(value, "--set") if value.strip() else ""
         except ConfigError:
             parsed = value  # not YAML: the string itself (e.g. a path with a colon)
-        node = out
-        for k in keys[:-1]:
-            nxt = node.get(k)
-            if nxt is None:
-                nxt = node[k] = {}
-            if not isinstance(nxt, dict):
-                raise ConfigError("--set", f"{k!r} in {show(item)} is not a section")
-            node = nxt
-        node[keys[-1]] = parsed
+        _set_key(out, keys, parsed, "--set", item)
     return out
+
+
+def apply_values(data: dict[str, Any], values: Mapping[str, Any], option: str = "overrides") -> dict[str, Any]:
+    """Apply ``{"section.key": value}`` (values as Python objects, as the API takes them)."""
+    out = copy.deepcopy(data)
+    for dotted, value in values.items():
+        keys = str(dotted).split(".")
+        if len(keys) < 2 or not all(keys):
+            raise ConfigError(option, f"expected a key like section.key, got {show(dotted)}")
+        if keys[0] not in SECTIONS:
+            raise ConfigError(option, f"unknown section {show(keys[0])} in {show(dotted)}; sections are "
+                                      f"{', '.join(SECTIONS)}")
+        _set_key(out, keys, value, option, str(dotted))
+    return out
+
+
+def _set_key(data: dict[str, Any], keys: Sequence[str], value: Any, option: str, item: str) -> None:
+    """Set ``data[k0][k1]...[kn] = value``, creating missing sections; ``item`` names it in errors."""
+    node = data
+    for k in keys[:-1]:
+        nxt = node.get(k)
+        if nxt is None:
+            nxt = node[k] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(option, f"{k!r} in {show(item)} is not a section")
+        node = nxt
+    node[keys[-1]] = value
 
 
 def _section(data: Mapping[str, Any], name: str) -> dict[str, Any]:

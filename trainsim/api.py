@@ -55,30 +55,11 @@ def load_scenario(path_or_name: str | os.PathLike[str], overrides: Overrides = N
         return schema.load_scenario(os.fspath(path_or_name))
     if isinstance(overrides, Mapping):
         path = schema.resolve(os.fspath(path_or_name))
-        data = schema.apply_overrides(schema._read_yaml(path), ())
-        for key, value in overrides.items():
-            _set_key(data, str(key), value, schema.SECTIONS)
+        data = schema.apply_values(schema._read_yaml(path), overrides)
         return schema.scenario_from_mapping(data, name=path.stem)
     if isinstance(overrides, str | bytes):
         raise ConfigError("overrides", "expected a mapping or a list of 'section.key=value' strings, got a string")
     return schema.load_scenario(os.fspath(path_or_name), list(overrides))
-
-
-def _set_key(data: dict[str, Any], dotted: str, value: Any, sections: Sequence[str]) -> None:
-    keys = dotted.split(".")
-    if len(keys) < 2 or not all(keys):
-        raise ConfigError("overrides", f"expected a key like section.key, got {dotted!r}")
-    if keys[0] not in sections:
-        raise ConfigError("overrides", f"unknown section {keys[0]!r} in {dotted!r}; sections are {', '.join(sections)}")
-    node = data
-    for k in keys[:-1]:
-        nxt = node.get(k)
-        if nxt is None:
-            nxt = node[k] = {}
-        if not isinstance(nxt, dict):
-            raise ConfigError("overrides", f"{k!r} in {dotted!r} is not a section")
-        node = nxt
-    node[keys[-1]] = value
 
 
 def _scenario(scenario: ScenarioLike) -> Scenario:
