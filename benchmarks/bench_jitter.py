@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from trainsim.scenarios.compose import predict  # noqa: E402
 from trainsim.scenarios.montecarlo import run_monte_carlo  # noqa: E402
 from trainsim.scenarios.schema import load_scenario  # noqa: E402
-from trainsim.sim.jitter import parse_jitter  # noqa: E402
+from trainsim.sim.jitter_config import parse_jitter  # noqa: E402
 
 SCENARIO = "paper-gpt20b-4-4-8-vista"
 

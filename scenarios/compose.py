@@ -174,7 +174,7 @@ def simulate_prediction(pred: Prediction, *, ideal: bool = False, record: Any = 
     ``record``: ``False``, ``True`` (every span) or a collection of ``(stage, replica)`` pairs whose
     tracks are kept (see :func:`trainsim.sim.engine.simulate`).
     """
-    from trainsim.sim.jitter import parse_jitter
+    from trainsim.sim.jitter_config import parse_jitter
 
     sc = pred.scenario
     mode = "ideal" if ideal else sc.simulation.mode

@@ -33,7 +33,8 @@ from trainsim.operators.errors import ConfigError
 from trainsim.scenarios.montecarlo import run_monte_carlo
 from trainsim.scenarios.progress import ProgressCallback
 from trainsim.sim.costs import IterationCosts
-from trainsim.sim.jitter import FIELD, JITTER_PRESETS, Jitter, parse_jitter
+from trainsim.sim.jitter import FIELD, Jitter
+from trainsim.sim.jitter_config import JITTER_PRESETS, parse_jitter
 from trainsim.topology import ClusterSpec
 
 QUANTILES = (10, 25, 75, 90, 95)

@@ -369,7 +369,7 @@ def _check_jitter(jitter: Mapping[str, Any]) -> None:
     """Validate ``simulation.jitter`` when the scenario is read, not when a run starts."""
     if not jitter:
         return
-    from trainsim.sim.jitter import parse_jitter
+    from trainsim.sim.jitter_config import parse_jitter
 
     try:
         parse_jitter(jitter)

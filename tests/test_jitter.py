@@ -17,7 +17,8 @@ from trainsim.scenarios.jitter_fit import _base_mapping, _candidate, fit_jitter,
 from trainsim.scenarios.montecarlo import child_seeds, run_monte_carlo
 from trainsim.scenarios.schema import load_scenario, scenario_from_mapping
 from trainsim.sim.engine import simulate
-from trainsim.sim.jitter import JITTER_PRESETS, Jitter, congestion_process, parse_jitter
+from trainsim.sim.jitter import Jitter, congestion_process
+from trainsim.sim.jitter_config import JITTER_PRESETS, parse_jitter
 
 
 def tiny_mapping(cluster: str = "vista", pp: int = 2, mp: int = 2, dp: int = 2, m: int = 4, jitter=None) -> dict:

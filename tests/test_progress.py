@@ -230,7 +230,7 @@ NOISY = {"noise": {"nic": {"sigma": 0.3}}, "congestion": {"nic": {"bandwidth_fac
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_monte_carlo_reports_every_simulation_ablation_included(jobs):
     from trainsim.scenarios.montecarlo import monte_carlo_total, run_monte_carlo
-    from trainsim.sim.jitter import parse_jitter
+    from trainsim.sim.jitter_config import parse_jitter
 
     sc, costs = _tiny()
     j = parse_jitter(NOISY)
@@ -246,7 +246,7 @@ def test_monte_carlo_reports_every_simulation_ablation_included(jobs):
 def test_monte_carlo_dask_reports_per_chunk():
     distributed = pytest.importorskip("distributed")
     from trainsim.scenarios.montecarlo import run_monte_carlo
-    from trainsim.sim.jitter import parse_jitter
+    from trainsim.sim.jitter_config import parse_jitter
 
     sc, costs = _tiny()
     calls: list[int] = []
@@ -259,7 +259,7 @@ def test_monte_carlo_dask_reports_per_chunk():
 def test_jitter_fit_reports_its_simulations():
     from trainsim.scenarios.jitter_fit import fit_jitter, sims_per_candidate
     from trainsim.scenarios.montecarlo import run_monte_carlo
-    from trainsim.sim.jitter import parse_jitter
+    from trainsim.sim.jitter_config import parse_jitter
 
     sc, costs = _tiny()
     times = run_monte_carlo(costs, sc.cluster, parse_jitter(NOISY), 40, seed=1, share_samples=0).samples_s

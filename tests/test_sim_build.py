@@ -16,7 +16,8 @@ from trainsim.operators.ops import bytes_moved, flops
 from trainsim.sim import processes
 from trainsim.sim.costs import IterationCosts, build_costs, mfu, model_flops
 from trainsim.sim.engine import EXPOSED_KINDS, SimMode, TrafficKind, build, collect, estimate_run, simulate
-from trainsim.sim.jitter import RunJitter, parse_jitter
+from trainsim.sim.jitter import RunJitter
+from trainsim.sim.jitter_config import parse_jitter
 from trainsim.sim.record import SpanLog
 from trainsim.sim.schedule import StepKind, one_f_one_b
 from trainsim.topology import LinkId, LinkModel, LinkTier, Placement, build_graph, get_cluster

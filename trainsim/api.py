@@ -264,7 +264,7 @@ def monte_carlo(scenario: ScenarioLike, n: int, seed: int | None = None, jobs: i
     """
     from trainsim.scenarios.compose import scenario_simulator
     from trainsim.scenarios.montecarlo import run_monte_carlo
-    from trainsim.sim.jitter import parse_jitter
+    from trainsim.sim.jitter_config import parse_jitter
 
     sc = _scenario(scenario)
     jitter = parse_jitter(sc.simulation.jitter)

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     from trainsim import api
     from trainsim.scenarios.montecarlo import monte_carlo_total
-    from trainsim.sim.jitter import parse_jitter
+    from trainsim.sim.jitter_config import parse_jitter
 
     scenario = load(args)
     total = monte_carlo_total(parse_jitter(scenario.simulation.jitter), args.n, args.shares)
