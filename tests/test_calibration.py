@@ -344,3 +344,19 @@ def test_reference_profile_fits_caches_and_flags_out_of_range(perlmutter):
             "[m for m in sys.modules if m.split('.')[0] in ('sklearn', 'xgboost')])")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True []"
+
+
+def test_library_versions_match_package_metadata():
+    """The cache key's versions come from dist-info folder names; they must be what metadata says."""
+    from importlib import metadata
+
+    from trainsim.calibration.profile import _dist_info_version, library_versions
+
+    expected = {}
+    for pkg in ("numpy", "scikit-learn", "xgboost"):
+        try:
+            expected[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            expected[pkg] = None
+    assert library_versions() == expected
+    assert _dist_info_version("no-such-package-trainsim") is None
