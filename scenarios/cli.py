@@ -1,6 +1,6 @@
-"""``trainsim``: the command line.
+"""trainsim: predict the iteration time of pipeline/tensor/data-parallel LLM training (README.md).
 
-Each command lives in ``scenarios/commands/<name>.py`` and exposes
+The command line. Each command lives in ``scenarios/commands/<name>.py`` and exposes
 ``register(subparsers)``, which adds its parser and sets ``func`` to a
 ``run(args) -> int``. Bad input of any kind ends in one line on stderr and exit
 status 2; nothing is half-written (outputs are written only after success).

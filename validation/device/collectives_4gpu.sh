@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device batch: NCCL collectives on a 4-GPU host (groups of 2 and of 4, all groups of a size at
+# Device batch: NCCL collectives on a 4-GPU host (NPROC=4, COLL_GROUPS=2,4: groups of 2 and of 4, all groups of a size at
 # once), 1 KiB .. 4 GiB with half-octave sizes to hold out. Writes under $OUT; resumable (re-run
 # the same command on the same warm machine and finished keys are skipped). Multicast stays off.
 set -uo pipefail
@@ -9,8 +9,8 @@ mkdir -p "$OUT" "$WORK"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv > "$OUT/gpus.csv"
 nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
 python3 -c 'import torch; print(torch.__version__, torch.cuda.nccl.version())' > "$OUT/versions.txt"
-timeout "${BUDGET_S:-420}" python3 -m torch.distributed.run --standalone --nproc-per-node 4 \
-  -m trainsim.calibration.collectives_bench --out "$WORK" --groups 2,4 --per-octave 2 \
+timeout "${BUDGET_S:-420}" python3 -m torch.distributed.run --standalone --nproc-per-node "${NPROC:-4}" \
+  -m trainsim.calibration.collectives_bench --out "$WORK" --groups "${COLL_GROUPS:-2,4}" --per-octave 2 \
   --min-bytes 1024 --max-bytes 4294967296 --warmup 5 --iters 20 -q
 echo "bench exit $?"
 cp "$WORK"/* "$OUT"/ 2>/dev/null

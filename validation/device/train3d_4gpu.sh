@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device batch: validation/train_3d.py for every factorisation pp*mp*dp = 4 on a 4-GPU host,
+# Device batch: validation/train_3d.py for the layouts in LAYOUTS (default: every pp*mp*dp = 4) on a host,
 # plus one-GPU runs of the same shapes on the same machine. Appends rows to $WORK/measured.csv
 # (resumable: a (layout, shape) already there is skipped), copies it to $OUT, prints a table.
 set -uo pipefail
