@@ -245,7 +245,7 @@ class MonteCarlo:
     warnings: tuple[str, ...] = ()
 
     def __getattr__(self, name: str) -> Any:  # n, min_s, mean_s, p50_s, p95_s, max_s, samples_s, ...
-        if name.startswith("__"):
+        if name.startswith("__") or name == "result":  # not yet set (unpickling): no recursion
             raise AttributeError(name)
         return getattr(self.result, name)
 
