@@ -37,13 +37,22 @@ def check_writable(path: str | os.PathLike[str], option: str, suffixes: tuple[st
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise ConfigError(option, f"folder {str(parent)!r} does not exist")
+    err = write_error(parent)
+    if err is not None:
+        raise ConfigError(option, f"cannot write in folder {str(parent)!r}: {err}")
+    return p
+
+
+def write_error(folder: str | os.PathLike[str]) -> str | None:
+    """Why a file cannot be created in ``folder`` (None if it can): a temporary file is made and
+    removed there, since ``os.access`` says yes to root on /proc or on a read-only mount."""
     try:
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=".trainsim-probe.")
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".trainsim-probe.")
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise ConfigError(option, f"cannot write in folder {str(parent)!r}: {e.strerror or e}") from None
-    return p
+        return str(e.strerror or e)
+    return None
 
 
 def remove_outputs(paths: Iterable[str | os.PathLike[str]]) -> None:

@@ -41,7 +41,6 @@ which ``compare`` attributes by cause.
 Layout: :func:`simulate` is :func:`build` (the elaborated model, :mod:`sim.build`, with the
 routes of :mod:`sim.routes`), :func:`run` (the processes of :mod:`sim.processes`) and
 :func:`collect` (tallies and the recorder's spans, :mod:`sim.record`, into a :class:`SimResult`).
-:func:`estimate_run` bounds a run's events and memory from its layout alone.
 """
 
 from __future__ import annotations
@@ -67,7 +66,7 @@ from trainsim.sim.schedule import build_schedule
 from trainsim.topology import ClusterSpec
 
 __all__ = ["EXPOSED_KINDS", "IDEAL", "REALISTIC", "SWITCHES", "Perturbation", "SimMode", "SimOptions", "SimResult",
-           "Span", "TrafficKind", "build", "collect", "estimate_run", "run", "simulate"]
+           "Span", "TrafficKind", "build", "collect", "run", "simulate"]
 
 EXPOSED_KINDS: tuple[TrafficKind, ...] = tuple(TrafficKind)
 
@@ -218,7 +217,9 @@ def collect(ctx: Build, wall_s: float, *, tokens_per_iteration: float | None = N
     costs, tallies = ctx.costs, ctx.tallies
     par = costs.parallelism
     iteration = ctx.env.now
-    critical = max(tallies, key=lambda k: (tallies[k].end, -k[0], -k[1]))
+    stage_critical = tuple(_last_replica(tallies, s, ctx.dp) for s in range(ctx.pp))
+    # the last to finish of the stages' last ones (ties: the lowest stage, then replica)
+    critical = max(enumerate(stage_critical), key=lambda k: (tallies[k].end, -k[0]))
     crit = tallies[critical]
     exposed = {TrafficKind.MP: crit.mp, TrafficKind.PP: crit.pp, TrafficKind.DP_ALLREDUCE: crit.dp_allreduce,
                TrafficKind.DP_ALLGATHER: crit.dp_allgather}
@@ -229,7 +230,6 @@ def collect(ctx: Build, wall_s: float, *, tokens_per_iteration: float | None = N
         bubble = 0.0
     flops = model_flops(costs, costs.micro_batches, par.mp, par.dp)
     tps = tokens_per_iteration / iteration if tokens_per_iteration and iteration > 0 else None
-    stage_critical = tuple(_last_replica(tallies, s, ctx.dp) for s in range(ctx.pp))
     rec = ctx.recorder
     spans: Sequence[Span] = ()
     if rec is not None:
@@ -269,47 +269,3 @@ def _breakdown(t: Tally) -> dict[str, float]:
              TrafficKind.DP_ALLGATHER: t.dp_allgather}
     parts["idle"] = max(0.0, t.end - sum(parts.values()))
     return parts
-
-
-# -- resource estimate ---------------------------------------------------------------------------------
-# Constants measured on realistic runs of GPT-20B / GPT-175B layouts (pp 1-16, mp 1-8, dp 4-64,
-# m 4-128, interleaved v=2; tests/test_sim_build.py re-measures a few) and rounded up:
-# events per step ~ 1 (compute) + 2 (MP transfer) + 4 (pp-1)/pp (posted receive, message, P2P
-# transfer) times up to ~1.3 for transfers re-armed under contention; peak memory fitted as
-# 7.7 kB + 4.1 kB per stage replica + 2.2 kB per GPU (links, routes) + 82 B per scheduled step
-# of a stage, within 15% on every layout measured, plus ~100 B per GPU and gradient bucket (the
-# buckets' routes; it matters with many small buckets).
-_EVENT_MARGIN = 1.5  # contention re-arms and rounding: measured 1.15-1.45 below this
-_EVENTS_PER_REPLICA = 10  # process start and end, barriers, optimizer, all-gather arrival
-_EVENTS_PER_BUCKET = 6  # per stage and gradient bucket: rendezvous, transfer, re-arms
-_EVENTS_PER_STAGE = 12  # the two DP-collective processes and the all-gather
-_BYTES_BASE = 16_000
-_BYTES_PER_REPLICA = 6_000
-_BYTES_PER_GPU = 3_300
-_BYTES_PER_STAGE_STEP = 128
-_BYTES_PER_BUCKET_GPU = 150  # a gradient bucket's route: one rate per link of the stage's GPUs
-_BYTES_PER_RECORDED_STEP = 3_000  # spans and link busy intervals per recorded replica and step
-
-
-def estimate_run(pp: int, dp: int, micro_batches: int, chunks: int = 1, n_buckets_max: int = 1, *, mp: int = 8,
-                 recorded_replicas: int = 0) -> tuple[int, int]:
-    """Upper-bound estimate of a realistic run's SimPy events and peak Python memory (bytes), from
-    the layout alone (no simulation): ``pp`` stages, ``dp`` replicas, ``micro_batches`` per
-    iteration, ``chunks`` model chunks per rank (interleaved 1F1B), at most ``n_buckets_max``
-    gradient buckets per stage, ``mp`` GPUs per stage replica (default 8: a bound for every
-    preset's node), and ``recorded_replicas`` stage replicas recorded. Jitter's congestion
-    processes are not counted. Within 2x of the measured events on the layouts measured.
-    """
-    for name, v in (("pp", pp), ("dp", dp), ("micro_batches", micro_batches), ("chunks", chunks), ("mp", mp)):
-        if v < 1:
-            raise ConfigError(name, f"must be >= 1, got {v}")
-    replicas = pp * dp
-    steps = replicas * 2 * micro_batches * chunks  # every stage replica's forward and backward steps
-    per_step = 1.0 + (2.0 if mp > 1 else 0.0) + (4.0 * (pp * chunks - 1) / (pp * chunks))
-    events = (steps * per_step * _EVENT_MARGIN + replicas * _EVENTS_PER_REPLICA
-              + pp * (max(n_buckets_max, 0) * _EVENTS_PER_BUCKET + _EVENTS_PER_STAGE))
-    nbytes = (_BYTES_BASE + replicas * _BYTES_PER_REPLICA + replicas * mp * _BYTES_PER_GPU
-              + pp * 2 * micro_batches * chunks * _BYTES_PER_STAGE_STEP
-              + replicas * mp * max(n_buckets_max, 0) * _BYTES_PER_BUCKET_GPU
-              + max(recorded_replicas, 0) * 2 * micro_batches * chunks * _BYTES_PER_RECORDED_STEP)
-    return int(events), int(nbytes)

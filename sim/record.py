@@ -125,9 +125,7 @@ class SpanLog(Sequence[Span]):
             yield self._span(i)
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, SpanLog):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        if isinstance(other, Sequence):
+        if isinstance(other, Sequence):  # another log, or a sequence of spans
             return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 

@@ -40,22 +40,12 @@ class Routes:
     dp_ar: dict[tuple[int, int], Rates]  # (stage, bucket)
     dp_ag: dict[int, Rates]  # stage
     # The tier a kind of transfer is jittered as: NIC when any of its links is a NIC. One per
-    # stage (per boundary for P2P), taken from the route of the stage's last replica.
-    mp_tier: dict[TierKey, LinkTier]  # stage
-    pp_tier: dict[TierKey, LinkTier]  # (src stage, dst stage)
-    dp_ar_tier: dict[TierKey, LinkTier]  # stage
-    dp_ag_tier: dict[TierKey, LinkTier]  # stage
+    # (kind, stage), per (kind, (src, dst)) for P2P, taken from the route of the stage's last replica.
+    tiers: dict[tuple[TrafficKind, TierKey], LinkTier]
 
     def tier(self, kind: TrafficKind, key: TierKey) -> LinkTier:
         """The tier a transfer of ``kind`` is jittered as; NIC when its stage (boundary) has no route."""
-        table: dict[TierKey, LinkTier]
-        if kind is TrafficKind.MP:
-            table = self.mp_tier
-        elif kind is TrafficKind.PP:
-            table = self.pp_tier
-        else:
-            table = self.dp_ar_tier if kind is TrafficKind.DP_ALLREDUCE else self.dp_ag_tier
-        return table.get(key, LinkTier.NIC)
+        return self.tiers.get((kind, key), LinkTier.NIC)
 
     def replica_links(self, stage: int, replica: int) -> set[LinkId]:
         """The links a stage replica's own transfers use: its MP and P2P routes (those it sends on)
@@ -106,8 +96,8 @@ def build_routes(costs: IterationCosts, cluster: ClusterSpec, chunks: int) -> Ro
             return _saturating(loads, caps)
         return {e: min(w * nbytes / base_s, caps[e]) for e, w in loads.items() if w > 0}
 
+    tiers: dict[tuple[TrafficKind, TierKey], LinkTier] = {}
     mp_routes: dict[tuple[int, int], Rates] = {}
-    mp_tier: dict[TierKey, LinkTier] = {}
     for s in range(pp):
         st = costs.stages[s]
         mp_bytes = st.mp_allreduce_bytes or None  # 0: size unknown, assume it saturates
@@ -115,10 +105,9 @@ def build_routes(costs: IterationCosts, cluster: ClusterSpec, chunks: int) -> Ro
             if mp > 1:
                 rates = member_rates(lm.loads(CollKind.ALL_REDUCE, pl.mp_group(s, r)), mp_bytes, st.mp_allreduce_s)
                 mp_routes[s, r] = rates
-                mp_tier[s] = _tier(rates)
+                tiers[TrafficKind.MP, s] = _tier(rates)
 
     p2p: dict[tuple[int, int, int], Rates] = {}
-    pp_tier: dict[TierKey, LinkTier] = {}
     boundaries = [(s, s + 1) for s in range(pp - 1)]
     if chunks > 1 and pp > 1:
         boundaries.append((pp - 1, 0))  # interleaved: the last rank feeds rank 0's next chunk
@@ -133,12 +122,10 @@ def build_routes(costs: IterationCosts, cluster: ClusterSpec, chunks: int) -> Ro
                 for i in range(mp):
                     _add(rates, member_rates(lm.loads_p2p(pl.rank(src, r, i), pl.rank(dst, r, i)), nbytes, base))
                 p2p[src, dst, r] = rates
-                pp_tier[src, dst] = _tier(rates)
+                tiers[TrafficKind.PP, (src, dst)] = _tier(rates)
 
     dp_ar: dict[tuple[int, int], Rates] = {}
     dp_ag: dict[int, Rates] = {}
-    dp_ar_tier: dict[TierKey, LinkTier] = {}
-    dp_ag_tier: dict[TierKey, LinkTier] = {}
     for s in range(pp):
         st = costs.stages[s]
         if dp == 1:
@@ -155,8 +142,8 @@ def build_routes(costs: IterationCosts, cluster: ClusterSpec, chunks: int) -> Ro
             _add(rates, member_rates(lm.loads(CollKind.ALL_GATHER, pl.dp_group(s, i)), ag_bytes, st.dp_allgather_s))
         dp_ag[s] = rates
         if dp_ar:
-            dp_ar_tier[s] = _tier(dp_ar.get((s, 0), {}))
-        dp_ag_tier[s] = _tier(rates)
+            tiers[TrafficKind.DP_ALLREDUCE, s] = _tier(dp_ar.get((s, 0), {}))
+        tiers[TrafficKind.DP_ALLGATHER, s] = _tier(rates)
 
     return Routes(placement=pl, links=lm, capacities=caps, mp=mp_routes, p2p=p2p, dp_ar=dp_ar, dp_ag=dp_ag,
-                  mp_tier=mp_tier, pp_tier=pp_tier, dp_ar_tier=dp_ar_tier, dp_ag_tier=dp_ag_tier)
+                  tiers=tiers)

@@ -4,7 +4,6 @@ per-run random streams, the resource estimate."""
 import json
 import math
 import pickle
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from trainsim.operators.errors import ConfigError
 from trainsim.operators.ops import bytes_moved, flops
 from trainsim.sim import processes
 from trainsim.sim.costs import IterationCosts, build_costs, mfu, model_flops
-from trainsim.sim.engine import EXPOSED_KINDS, SimMode, TrafficKind, build, collect, estimate_run, simulate
+from trainsim.sim.engine import EXPOSED_KINDS, SimMode, TrafficKind, build, collect, simulate
 from trainsim.sim.jitter import RunJitter
 from trainsim.sim.jitter_config import parse_jitter
 from trainsim.sim.record import SpanLog
@@ -225,27 +224,3 @@ def test_one_mfu(layout):
     f = model_flops(costs, costs.micro_batches, par.mp, par.dp)
     assert r.model_flops == f and r.mfu == mfu(f, r.iteration_s, par.gpus, cl.gpu.peak_flops)
     assert mfu(f, 0.0, 8, 1e15) is None and mfu(f, 1.0, 8, None) is None
-
-
-@pytest.mark.parametrize("pp, mp, dp, m, chunks, cluster", [
-    (4, 4, 8, 8, 1, "perlmutter"),
-    (2, 8, 4, 16, 1, "dgx-h100"),
-    (4, 8, 4, 8, 2, "dgx-h100"),
-    (1, 4, 8, 4, 1, "perlmutter"),
-    (2, 1, 16, 4, 1, "dgx-h100"),
-])
-def test_estimate_run_bounds_events_and_memory(pp, mp, dp, m, chunks, cluster):
-    costs, cl = make(pp, mp, dp, m, cluster=cluster, chunks=chunks, bucket=100_000_000)
-    buckets = max(len(st.dp_bucket_s) for st in costs.stages)
-    simulate(costs, cl)  # warm caches, so the traced peak is the run's own
-    tracemalloc.start()
-    try:
-        r = simulate(costs, cl)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    events, nbytes = estimate_run(pp, dp, m, chunks, buckets, mp=mp)
-    assert r.events <= events <= 2 * r.events
-    assert peak <= nbytes <= 3 * peak
-    with pytest.raises(ConfigError):
-        estimate_run(0, 1, 1, 1, 1)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainsim.operators.errors import ConfigError
 from trainsim.scenarios.compose import FitProgress, Prediction
+from trainsim.scenarios.compose import predict as compose_predict
 from trainsim.scenarios.schema import Scenario
 
 if TYPE_CHECKING:
@@ -89,11 +90,9 @@ def predict(scenario: ScenarioLike, *, reference_data: str | None = None, cache_
     ``fit_progress`` (``set_total(n)``, then ``update(1)`` per regressor); the same holds for every
     function below that takes it.
     """
-    from trainsim.scenarios.compose import predict as _predict
-
     sc = _scenario(scenario)
     _guard(sc, max_events, simulate=False)
-    return _predict(sc, reference_data=reference_data, cache_dir=cache_dir, fit_progress=fit_progress)
+    return compose_predict(sc, reference_data=reference_data, cache_dir=cache_dir, fit_progress=fit_progress)
 
 
 @dataclass(frozen=True)
@@ -183,8 +182,7 @@ def simulate(scenario: ScenarioLike, *, trace: str | os.PathLike[str] | None = N
     # a critical-replica trace simulates twice; a full one keeps every span
     _guard(sc, max_events, record=record or (trace is not None and trace_replicas == "all"),
            runs=2 if trace is not None and trace_replicas == "critical" else 1)
-    pred = predict(sc, reference_data=reference_data, cache_dir=cache_dir, max_events=max_events,
-                   fit_progress=fit_progress)
+    pred = compose_predict(sc, reference_data=reference_data, cache_dir=cache_dir, fit_progress=fit_progress)
     if trace is None:
         return Simulation(pred, simulate_prediction(pred, ideal=ideal, record=record, progress=progress))
     from trainsim.scenarios.trace import trace_simulation
@@ -227,8 +225,7 @@ def compare(scenario: ScenarioLike, *, ideal: bool = False, reference_data: str 
 
     sc = _scenario(scenario)
     _guard(sc, max_events, runs=len(CAUSES) + 1)
-    pred = predict(sc, reference_data=reference_data, cache_dir=cache_dir, max_events=max_events,
-                   fit_progress=fit_progress)
+    pred = compose_predict(sc, reference_data=reference_data, cache_dir=cache_dir, fit_progress=fit_progress)
     sc = pred.scenario
     c = _compare(pred.costs, sc.cluster, ideal=ideal, seed=sc.simulation.seed,
                  overlap_dp=sc.simulation.overlap_dp, schedule=sc.parallelism.schedule)
@@ -273,8 +270,7 @@ def monte_carlo(scenario: ScenarioLike, n: int, seed: int | None = None, jobs: i
     if backend == "dask" and not scheduler:
         raise ConfigError("--scheduler", "--backend dask needs --scheduler ADDRESS (e.g. tcp://127.0.0.1:8786)")
     _guard(sc, max_events)  # per iteration: each Monte Carlo sample is one run, none kept in memory
-    pred = predict(sc, reference_data=reference_data, cache_dir=cache_dir, max_events=max_events,
-                   fit_progress=fit_progress)
+    pred = compose_predict(sc, reference_data=reference_data, cache_dir=cache_dir, fit_progress=fit_progress)
     res = run_monte_carlo(pred.costs, sc.cluster, jitter, n, seed=sc.simulation.seed if seed is None else seed,
                           jobs=jobs, simulate=scenario_simulator(sc), backend=backend, scheduler=scheduler,
                           progress=progress, mode=sc.simulation.mode, share_samples=shares)

@@ -13,6 +13,7 @@ from trainsim.scenarios.output import (  # noqa: F401 (re-exported)
     check_writable,
     remove_outputs,
     write_atomic,
+    write_error,
 )
 
 
@@ -43,11 +44,6 @@ def _event_count(text: str) -> int:
     return int(value)
 
 
-def check_output(path: str, option: str, suffixes: tuple[str, ...]):  # -> Path
-    """Fail before any work if ``path`` cannot be written as one of ``suffixes`` (scenarios.output)."""
-    return check_writable(path, option, suffixes)
-
-
 def check_input_dirs(args: argparse.Namespace) -> None:
     """--reference-data must be a folder; --cache-dir a folder we can write (or create). Before any work."""
     from pathlib import Path
@@ -64,15 +60,9 @@ def check_input_dirs(args: argparse.Namespace) -> None:
         existing = next((q for q in (p, *p.parents) if q.exists()), Path("."))
         if not existing.is_dir():
             raise ConfigError("--cache-dir", f"{str(existing)!r} is not a folder")
-        import os
-        import tempfile
-
-        try:  # a real probe: os.access says yes to root on /proc or a read-only mount
-            fd, probe = tempfile.mkstemp(dir=existing, prefix=".trainsim-probe.")
-            os.close(fd)
-            os.unlink(probe)
-        except OSError as e:
-            raise ConfigError("--cache-dir", f"folder {str(existing)!r} is not writable: {e.strerror or e}") from None
+        err = write_error(existing)
+        if err is not None:
+            raise ConfigError("--cache-dir", f"folder {str(existing)!r} is not writable: {err}")
 
 
 def load(args: argparse.Namespace):  # -> Scenario; imported lazily to keep --help fast

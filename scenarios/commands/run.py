@@ -8,7 +8,7 @@ from trainsim.scenarios.commands.common import (
     PLOT_SUFFIXES,
     TRACE_SUFFIXES,
     add_scenario_args,
-    check_output,
+    check_writable,
     fit_progress,
     fmt_s,
     load,
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from trainsim import api
 
-    outputs = {opt: check_output(path, f"--{opt}", TRACE_SUFFIXES if opt == "trace" else PLOT_SUFFIXES)
+    outputs = {opt: check_writable(path, f"--{opt}", TRACE_SUFFIXES if opt == "trace" else PLOT_SUFFIXES)
                for opt, path in (("trace", args.trace), ("plot", args.plot), ("breakdown", args.breakdown)) if path}
     with fit_progress(args) as fitbar, progress_bar(args, "simulating", None, unit="simulated ms") as bar:
         sim = api.simulate(load(args), trace=outputs.get("trace"), trace_replicas=args.trace_replicas,
