@@ -146,7 +146,7 @@ def _body(op: Op, env: Env) -> tuple[Callable[[], dict], Callable[[dict], Any], 
         return make, lambda t: F.linear(t["x"], t["w"], t.get("b")), w_dtype is fp32
 
     if k is OpKind.EMBEDDING or k is OpKind.HF_EMBEDDING:
-        rows, wdt = (v // mp, dt) if k is OpKind.EMBEDDING else (v, fp32)
+        rows, wdt = (v // mp, dt) if k is OpKind.EMBEDDING else (v // mp, fp32)
         return (lambda: {"ids": env.randint(rows, b, l), "w": r(rows, d, dtype=wdt, grad=True, scale=0.02)},
                 lambda t: F.embedding(t["ids"], t["w"]), False)
     if k in (OpKind.LAYERNORM, OpKind.HF_LAYERNORM):
@@ -167,18 +167,20 @@ def _body(op: Op, env: Env) -> tuple[Callable[[], dict], Callable[[dict], Any], 
         return linear(f // mp, d)
     if k is OpKind.LINEAR_FINAL:
         return linear(d, v // mp, bias=False)
+    # hf kinds at mp > 1: one rank's shard under PyTorch's DTensor Megatron plan (operators.ops)
     if k is OpKind.HF_QKV:
-        return linear(d, 3 * d, in_dtype=fp32, w_dtype=fp32)
+        return linear(d, 3 * d // mp, in_dtype=fp32, w_dtype=fp32)
     if k is OpKind.HF_DENSE:
-        return linear(d, d, in_dtype=dt, w_dtype=fp32)
+        return linear(d // mp, d, in_dtype=dt, w_dtype=fp32)
     if k is OpKind.HF_MLP_UP:
-        return linear(d, f, in_dtype=fp32, w_dtype=fp32)
+        return linear(d, f // mp, in_dtype=fp32, w_dtype=fp32)
     if k is OpKind.HF_MLP_DOWN:
-        return linear(f, d, in_dtype=dt, w_dtype=fp32)
+        return linear(f // mp, d, in_dtype=dt, w_dtype=fp32)
     if k is OpKind.HF_LM_HEAD:
-        return linear(d, v, bias=False, in_dtype=fp32, w_dtype=fp32)
+        return linear(d, v // mp, bias=False, in_dtype=fp32, w_dtype=fp32)
     if k is OpKind.HF_WEIGHT_CAST:  # autocast's cached_cast of a leaf fp32 weight
-        return lambda: {"w": r(f, d, dtype=fp32, grad=True, scale=d ** -0.5)}, lambda t: t["w"].to(dt), False
+        return (lambda: {"w": r(f // mp, d, dtype=fp32, grad=True, scale=d ** -0.5)},
+                lambda t: t["w"].to(dt), False)
     if k is OpKind.ROPE:  # Megatron's rotary on q and k, [l, b, h/mp, head_dim]
         pos = torch.arange(l, device=env.device, dtype=fp32)
         inv = 1.0 / (10000 ** (torch.arange(0, hd, 2, device=env.device, dtype=fp32) / hd))
@@ -218,12 +220,14 @@ def _body(op: Op, env: Env) -> tuple[Callable[[], dict], Callable[[dict], Any], 
     if k is OpKind.CROSS_ENTROPY:  # vocab-parallel cross-entropy at one rank: fp32 softmax over v/mp
         return (lambda: {"z": r(b * l, v // mp, grad=True), "y": env.randint(v // mp, b * l)},
                 lambda t: F.cross_entropy(t["z"].float(), t["y"]), False)
-    if k is OpKind.HF_LOSS:  # transformers' ForCausalLMLoss
+    if k is OpKind.HF_LOSS:  # transformers' ForCausalLMLoss; at mp > 1 one rank's v / mp logits
+        vp = v // mp
+
         def loss(t):
             logits = t["z"].float()
             labels = F.pad(t["y"], (0, 1), value=-100)[..., 1:].contiguous()
-            return F.cross_entropy(logits.view(-1, v), labels.view(-1), ignore_index=-100)
-        return lambda: {"z": r(b, l, v, grad=True), "y": env.randint(v, b, l)}, loss, True
+            return F.cross_entropy(logits.view(-1, vp), labels.view(-1), ignore_index=-100)
+        return lambda: {"z": r(b, l, vp, grad=True), "y": env.randint(vp, b, l)}, loss, True
     if k is OpKind.HF_ATTENTION:
         rot = int(hd * HF_ROTARY_PCT)
         pos = torch.arange(l, device=env.device, dtype=fp32)
@@ -231,16 +235,16 @@ def _body(op: Op, env: Env) -> tuple[Callable[[], dict], Callable[[dict], Any], 
         emb = torch.cat([torch.outer(pos, inv)] * 2, dim=-1)[None, None].expand(b, 1, l, rot)
         cos, sin = emb.cos(), emb.sin()  # fp32: HF casts them to the (fp32) hidden states' dtype
 
-        def attention(t):
-            qkv = t["qkv"].view(b, l, h, 3 * hd).transpose(1, 2)
+        def attention(t):  # h / mp heads on one tensor-parallel rank (hp)
+            qkv = t["qkv"].view(b, l, hp, 3 * hd).transpose(1, 2)
             q, kk, vv = qkv.chunk(3, dim=-1)
             out = []
             for x in (q, kk):
                 x_rot, x_pass = x[..., :rot], x[..., rot:]
                 out.append(torch.cat([x_rot * cos + _rotate_half(torch, x_rot) * sin, x_pass], dim=-1))
             a = F.scaled_dot_product_attention(out[0], out[1], vv, is_causal=True, scale=hd ** -0.5)
-            return a.transpose(1, 2).contiguous().reshape(b, l, d).contiguous()
-        return lambda: {"qkv": r(b, l, 3 * d, grad=True)}, attention, True
+            return a.transpose(1, 2).contiguous().reshape(b, l, hp * hd).contiguous()
+        return lambda: {"qkv": r(b, l, 3 * hp * hd, grad=True)}, attention, True
     raise ConfigError("ops", f"no micro-benchmark for operator {k.value!r}")
 
 
@@ -302,9 +306,10 @@ def megatron_stage_shapes(op: Op) -> list[tuple[int, ...]]:
 
 def hf_shapes(op: Op) -> list[tuple[int, ...]]:
     """Parameter tensors of a Hugging Face GPT-NeoX model, in module order."""
-    d, f, v = op.d, op.ffn, op.v
-    layer = [(d,), (d,), (d,), (d,), (3 * d, d), (3 * d,), (d, d), (d,), (f, d), (f,), (d, f), (d,)]
-    shapes = [(v, d)] + layer * op.layers + [(d,), (d,), (v, d)]
+    d, f, v, mp = op.d, op.ffn, op.v, op.mp
+    layer = [(d,), (d,), (d,), (d,), (3 * d // mp, d), (3 * d // mp,), (d, d // mp), (d,), (f // mp, d), (f // mp,),
+             (d, f // mp), (d,)]
+    shapes = [(v // mp, d)] + layer * op.layers + [(d,), (d,), (v // mp, d)]
     assert sum(math.prod(s) for s in shapes) == hf_params(op)
     return shapes
 

@@ -75,21 +75,22 @@ def peak_bytes(op: Op) -> float:
     if k in (OpKind.LINEAR_FINAL, OpKind.CROSS_ENTROPY):
         return 16.0 * tokens * v / mp + 6.0 * d * v / mp
     if k in (OpKind.HF_LM_HEAD, OpKind.HF_LOSS):
-        return 20.0 * tokens * v + 16.0 * d * v
+        return 20.0 * tokens * v / mp + 16.0 * d * v / mp
     if k in (OpKind.EMBEDDING, OpKind.HF_EMBEDDING):
-        return 8.0 * v * d + 16.0 * tokens * d
+        return 8.0 * v * d / mp + 16.0 * tokens * d
     if k is OpKind.HF_WEIGHT_CAST:
-        return 12.0 * d * f
-    widest = max(3 * d, f) / (mp if not k.value.startswith("hf_") else 1)
+        return 12.0 * d * f / mp
+    widest = max(3 * d, f) / mp
     return 24.0 * tokens * max(widest, d) + 12.0 * d * widest
 
 
-def op_for(kind: OpKind, b: int, l: int, d: int, h: int, mp: int, layers: int) -> Op:
-    """The operator of ``kind`` at one sampled point (mp = 1 and v = 50432 for the hf kinds)."""
-    if kind.value.startswith("hf_"):
+def op_for(kind: OpKind, b: int, l: int, d: int, h: int, mp: int, layers: int, hf_tp: bool = False) -> Op:
+    """The operator of ``kind`` at one sampled point (v = 50432 for the hf kinds, and mp = 1 unless
+    ``hf_tp``: one rank of PyTorch's tensor-parallel plan)."""
+    if kind.value.startswith("hf_") and not hf_tp:
         mp = 1
     if kind in (OpKind.HF_OPTIMIZER, OpKind.HF_GRAD_ACCUM):
-        return Op(kind, d=d, v=HF_VOCAB, layers=layers)
+        return Op(kind, d=d, v=HF_VOCAB, layers=layers, mp=mp)
     if kind.is_optimizer:
         return Op(kind, d=d, mp=mp, layers=layers)
     v = HF_VOCAB if kind.value.startswith("hf_") else padded_vocab(50257, mp)
@@ -145,6 +146,7 @@ def sampling_plan(
     include: Sequence[tuple[Op, Direction]] = (),
     max_bytes: float = 24e9,
     points: int | None = None,
+    hf_tp: bool = False,
 ) -> list[tuple[Op, Direction]]:
     """The ordered measurement plan: ``include`` first, then Sobol points, each point over all kinds.
 
@@ -161,7 +163,7 @@ def sampling_plan(
         points = 256 if budget is None else max(1, math.ceil(max(budget - len(plan), 0) / max(per_point, 1)) + 1)
     for b, l, d, h, mp, layers in sobol_points(points, seed):
         for kind in kinds:
-            op = op_for(kind, b, l, d, h, mp, layers)
+            op = op_for(kind, b, l, d, h, mp, layers, hf_tp)
             if peak_bytes(op) > max_bytes:
                 continue
             plan.extend((op, dd) for dd in directions(kind))

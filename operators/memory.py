@@ -20,6 +20,12 @@ four linears (2 + 2 + 2 + 8), the QKV output kept by the rotary views (6), the r
 halves (1), sdpa's bf16 q, k and output (6) and GeLU's input (8). The loss keeps fp32
 log-probabilities and, in its backward, an fp32 gradient in and out: 12 bytes per logit.
 With checkpointing a layer keeps its fp32 input (4 bytes per token and unit).
+Under PyTorch-native parallelism (operators.hf_stages): tensor parallelism divides the
+sharded parameters and the activations of the sharded operators by ``mp`` (the fp32
+residual input and the bf16 inputs of the two column-parallel linears, 8 of the 39 bytes,
+stay whole); a pipeline stage holds its own layers, and under 1F1B stage ``s`` keeps
+``min(pp - s, m)`` micro-batches in flight (GPipe: all m); DDP keeps a second fp32 copy of
+the gradients in its buckets (``gradient_as_bucket_view=False``, the default).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trainsim.operators.partition import padded_vocab
-from trainsim.operators.spec import Attention, Framework, ModelSpec, Parallelism, Recompute, TrainingSpec
+from trainsim.operators.spec import Attention, Framework, ModelSpec, Parallelism, Recompute, Schedule, TrainingSpec
 from trainsim.operators.stages import StagePlan
 
 GIB = 2**30
@@ -38,6 +44,7 @@ HF_LAYER_BYTES = 39.0
 HF_CHECKPOINT_BYTES = 4.0
 HF_LOSS_BYTES = 12.0
 HF_LAYER_GRAD_BYTES = 8.0  # gradient of the fp32 residual stream, in and out, while a layer runs backward
+HF_LAYER_WHOLE_BYTES = 8.0  # of HF_LAYER_BYTES, what tensor parallelism does not shard (see above)
 
 
 @dataclass(frozen=True)
@@ -76,28 +83,31 @@ def megatron_layer_activation_bytes(model: ModelSpec, b: int, mp: int) -> float:
     return s * b * h * per
 
 
-def _linear_params(model: ModelSpec, vocab: int) -> int:
-    """Parameters of the matrices autocast casts to bf16: four linears per layer and the LM head."""
+def _linear_params(model: ModelSpec, layers: int, vocab: int, mp: int, head: bool) -> int:
+    """Parameters of the matrices autocast casts to bf16 on one tensor-parallel rank: four linears per
+    layer and, on the stage that has it, the LM head."""
     d, f = model.hidden, model.ffn
     per_layer = 3 * d * (d + 1) + d * (d + 1) + f * (d + 1) + d * (f + 1)
-    return model.layers * per_layer + vocab * d
+    return (layers * per_layer + (vocab * d if head else 0)) // mp
 
 
-def _hf_memory(model: ModelSpec, training: TrainingSpec, plan: StagePlan) -> MemoryEstimate:
-    b, l, d, n = training.micro_batch, model.seq_len, model.hidden, model.layers
+def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan: StagePlan) -> MemoryEstimate:
+    b, l, d, n, mp, m = training.micro_batch, model.seq_len, model.hidden, plan.encoders, par.mp, training.micro_batches
     v = padded_vocab(model.vocab, 1)
     params = plan.params
     u = b * l * d  # tokens x hidden
-    logits = HF_LOSS_BYTES * b * l * v
+    layer = (HF_LAYER_WHOLE_BYTES + (HF_LAYER_BYTES - HF_LAYER_WHOLE_BYTES) / mp) * u
+    logits = HF_LOSS_BYTES * b * l * v / mp if plan.role.has_head else 0.0
+    in_flight = min(par.pp - plan.index, m) if par.schedule is not Schedule.GPIPE else m
     if training.recompute is Recompute.FULL:
-        kept = n * HF_CHECKPOINT_BYTES * u
-        acts = kept + max(logits, (HF_LAYER_BYTES + HF_LAYER_GRAD_BYTES) * u)
+        kept = in_flight * n * HF_CHECKPOINT_BYTES * u
+        acts = kept + max(logits, layer + HF_LAYER_GRAD_BYTES * u)
     else:
-        acts = n * HF_LAYER_BYTES * u + logits
-    grads = 4.0 * params
-    return MemoryEstimate(weights=4.0 * params + 2.0 * _linear_params(model, v), grads=grads,
-                          optimizer=8.0 * params, activations=acts,
-                          not_together=min(grads, acts) if training.micro_batches == 1 else 0.0)
+        acts = in_flight * n * layer + logits
+    grads = 4.0 * params * (2 if par.dp > 1 else 1)
+    return MemoryEstimate(weights=4.0 * params + 2.0 * _linear_params(model, n, v, mp, plan.role.has_head),
+                          grads=grads, optimizer=8.0 * params, activations=acts, stage=plan.index,
+                          not_together=min(4.0 * params, acts) if m == 1 else 0.0)
 
 
 def memory_per_gpu(model: ModelSpec, training: TrainingSpec, par: Parallelism,
@@ -107,7 +117,7 @@ def memory_per_gpu(model: ModelSpec, training: TrainingSpec, par: Parallelism,
     if not stage_plans:
         raise ValueError("no stage plan")
     if training.framework is Framework.HF:
-        return _hf_memory(model, training, stage_plans[0])
+        return max((_hf_memory(model, training, par, p) for p in stage_plans), key=lambda e: e.total)
     b, mp, pp, m = training.micro_batch, par.mp, par.pp, training.micro_batches
     layer = megatron_layer_activation_bytes(model, b, mp)
     checkpoint = 2.0 * model.seq_len * b * model.hidden

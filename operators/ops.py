@@ -42,7 +42,11 @@ class OpKind(str, Enum):
     # Hugging Face GPT-NeoX under torch.autocast(bf16) with fp32 weights (TrainingSpec.framework
     # "hf"). Each is the exact torch code one HF sub-block runs, so the weight casts (fp32 ->
     # bf16 every forward), the fp32 residual stream and norms, the fp32 loss and the fp32
-    # gradient casts are measured inside the operator they belong to. mp is always 1.
+    # gradient casts are measured inside the operator they belong to. ``mp`` is the tensor-parallel
+    # degree of PyTorch's DTensor Megatron plan (framework "hf" with mp > 1): QKV, MLP-up and the LM
+    # head are column-parallel (output / mp), dense and MLP-down row-parallel (input / mp), the
+    # embedding vocabulary-parallel (v / mp), attention runs h / mp heads; norms and the residual
+    # stream stay whole (no sequence parallelism).
     HF_EMBEDDING = "hf_embedding"  # fp32 nn.Embedding; backward is a dense fp32 [v, d] gradient
     HF_LAYERNORM = "hf_layernorm"  # fp32 LayerNorm on the fp32 residual stream (autocast keeps it fp32)
     HF_QKV = "hf_qkv"  # query_key_value: fp32 input and weights cast to bf16
@@ -96,17 +100,17 @@ FEATURE_NAMES: dict[OpKind, tuple[str, ...]] = {
     # The hf kinds end with their amount of work (elements or multiply-adds): a tree regressor
     # splits on it directly, which interpolates far better between sampled shapes than the
     # raw dimensions alone (held-out validation MAPE 8.4% -> see docs/h100.md).
-    OpKind.HF_EMBEDDING: ("b*l", "v", "d", "b*l*d"),
+    OpKind.HF_EMBEDDING: ("b*l", "v/mp", "d", "b*l*d"),
     OpKind.HF_LAYERNORM: ("b", "l", "d", "b*l*d"),
-    OpKind.HF_QKV: ("b*l", "d", "3d", "b*l*d*3d"),
-    OpKind.HF_ATTENTION: ("b", "l", "h", "d/h", "b*l*l*d"),
-    OpKind.HF_DENSE: ("b*l", "d", "d", "b*l*d*d"),
-    OpKind.HF_MLP_UP: ("b*l", "d", "f", "b*l*d*f"),
-    OpKind.HF_MLP_DOWN: ("b*l", "f", "d", "b*l*f*d"),
+    OpKind.HF_QKV: ("b*l", "d", "3d/mp", "b*l*d*3d/mp"),
+    OpKind.HF_ATTENTION: ("b", "l", "h/mp", "d/h", "b*l*l*d/mp"),
+    OpKind.HF_DENSE: ("b*l", "d/mp", "d", "b*l*d*d/mp"),
+    OpKind.HF_MLP_UP: ("b*l", "d", "f/mp", "b*l*d*f/mp"),
+    OpKind.HF_MLP_DOWN: ("b*l", "f/mp", "d", "b*l*f*d/mp"),
     OpKind.HF_RESIDUAL: ("b", "l", "d", "b*l*d"),
-    OpKind.HF_LM_HEAD: ("b*l", "d", "v", "b*l*d*v"),
-    OpKind.HF_LOSS: ("b", "l", "v", "b*l*v"),
-    OpKind.HF_WEIGHT_CAST: ("d*f",),
+    OpKind.HF_LM_HEAD: ("b*l", "d", "v/mp", "b*l*d*v/mp"),
+    OpKind.HF_LOSS: ("b", "l", "v/mp", "b*l*v/mp"),
+    OpKind.HF_WEIGHT_CAST: ("d*f/mp",),
     OpKind.HF_GRAD_ACCUM: ("params",),
     OpKind.HF_OPTIMIZER: ("params",),
 }
@@ -137,13 +141,21 @@ class Op:
 
 
 def hf_params(op: Op) -> int:
-    """Parameters of a Hugging Face GPT-NeoX model (untied embed_in / embed_out, biases, final norm).
+    """Parameters of a Hugging Face GPT-NeoX model on one tensor-parallel rank (untied embed_in /
+    embed_out, biases, final norm).
 
-    Update kinds carry the model as ``d``, ``layers``, ``v`` (and ``f``); one GPU holds it all.
+    Update kinds carry the model as ``d``, ``layers``, ``v`` (and ``f``) and the tensor-parallel
+    degree as ``mp``: column-parallel weights and biases (QKV, MLP-up, LM head) and row-parallel
+    weights (dense, MLP-down) and the embedding are split ``mp`` ways; norms and the row-parallel
+    biases are whole on every rank. ``mp = 1``: the whole model on one GPU.
     """
-    d, f, v = op.d, op.ffn, op.v
-    per_layer = 2 * (2 * d) + 3 * d * (d + 1) + d * (d + 1) + f * (d + 1) + d * (f + 1)
-    return op.layers * per_layer + 2 * v * d + 2 * d
+    d, f, v, mp = op.d, op.ffn, op.v, op.mp
+    norms = 2 * (2 * d)
+    qkv = 3 * d * (d + 1) // mp
+    dense = d * d // mp + d
+    mlp = f * (d + 1) // mp + d * f // mp + d
+    per_layer = norms + qkv + dense + mlp
+    return op.layers * per_layer + 2 * v * d // mp + 2 * d
 
 
 def _tokens(o: Op) -> float:
@@ -151,17 +163,17 @@ def _tokens(o: Op) -> float:
 
 
 _HF_FEATURES = {
-    OpKind.HF_EMBEDDING: lambda o: (o.b * o.l, o.v, o.d, _tokens(o) * o.d),
+    OpKind.HF_EMBEDDING: lambda o: (o.b * o.l, o.v / o.mp, o.d, _tokens(o) * o.d),
     OpKind.HF_LAYERNORM: lambda o: (o.b, o.l, o.d, _tokens(o) * o.d),
     OpKind.HF_RESIDUAL: lambda o: (o.b, o.l, o.d, _tokens(o) * o.d),
-    OpKind.HF_QKV: lambda o: (o.b * o.l, o.d, 3 * o.d, _tokens(o) * o.d * 3 * o.d),
-    OpKind.HF_ATTENTION: lambda o: (o.b, o.l, o.h, o.d / o.h, _tokens(o) * o.l * o.d),
-    OpKind.HF_DENSE: lambda o: (o.b * o.l, o.d, o.d, _tokens(o) * o.d * o.d),
-    OpKind.HF_MLP_UP: lambda o: (o.b * o.l, o.d, o.ffn, _tokens(o) * o.d * o.ffn),
-    OpKind.HF_MLP_DOWN: lambda o: (o.b * o.l, o.ffn, o.d, _tokens(o) * o.ffn * o.d),
-    OpKind.HF_LM_HEAD: lambda o: (o.b * o.l, o.d, o.v, _tokens(o) * o.d * o.v),
-    OpKind.HF_LOSS: lambda o: (o.b, o.l, o.v, _tokens(o) * o.v),
-    OpKind.HF_WEIGHT_CAST: lambda o: (o.d * o.ffn,),
+    OpKind.HF_QKV: lambda o: (o.b * o.l, o.d, 3 * o.d / o.mp, _tokens(o) * o.d * 3 * o.d / o.mp),
+    OpKind.HF_ATTENTION: lambda o: (o.b, o.l, o.h / o.mp, o.d / o.h, _tokens(o) * o.l * o.d / o.mp),
+    OpKind.HF_DENSE: lambda o: (o.b * o.l, o.d / o.mp, o.d, _tokens(o) * o.d * o.d / o.mp),
+    OpKind.HF_MLP_UP: lambda o: (o.b * o.l, o.d, o.ffn / o.mp, _tokens(o) * o.d * o.ffn / o.mp),
+    OpKind.HF_MLP_DOWN: lambda o: (o.b * o.l, o.ffn / o.mp, o.d, _tokens(o) * o.ffn * o.d / o.mp),
+    OpKind.HF_LM_HEAD: lambda o: (o.b * o.l, o.d, o.v / o.mp, _tokens(o) * o.d * o.v / o.mp),
+    OpKind.HF_LOSS: lambda o: (o.b, o.l, o.v / o.mp, _tokens(o) * o.v / o.mp),
+    OpKind.HF_WEIGHT_CAST: lambda o: (o.d * o.ffn / o.mp,),
     OpKind.HF_GRAD_ACCUM: lambda o: (hf_params(o),),
     OpKind.HF_OPTIMIZER: lambda o: (hf_params(o),),
 }
@@ -246,21 +258,21 @@ def forward_flops(op: Op) -> float:
     if k.is_optimizer:
         return 0.0
     if k is OpKind.HF_QKV:
-        return 2.0 * tokens * d * 3 * d
+        return 2.0 * tokens * d * 3 * d / mp
     if k is OpKind.HF_DENSE:
-        return 2.0 * tokens * d * d
+        return 2.0 * tokens * d * d / mp
     if k in (OpKind.HF_MLP_UP, OpKind.HF_MLP_DOWN):
-        return 2.0 * tokens * d * f
+        return 2.0 * tokens * d * f / mp
     if k is OpKind.HF_LM_HEAD:
-        return 2.0 * tokens * d * v
+        return 2.0 * tokens * d * v / mp
     if k is OpKind.HF_ATTENTION:  # sdpa with the causal mask; the rotary is negligible
-        return 2.0 * b * l * l * d
+        return 2.0 * b * l * l * d / mp
     if k is OpKind.HF_LAYERNORM:
         return 8.0 * tokens * d
     if k is OpKind.HF_RESIDUAL:
         return 2.0 * tokens * d
     if k is OpKind.HF_LOSS:
-        return 5.0 * tokens * v
+        return 5.0 * tokens * v / mp
     if k in (OpKind.HF_EMBEDDING, OpKind.HF_WEIGHT_CAST):
         return 0.0
     raise AssertionError(k)  # pragma: no cover
@@ -333,14 +345,14 @@ _HF_BYTES = {
     OpKind.HF_EMBEDDING: lambda o: 8.0 * o.b * o.l * o.d,
     OpKind.HF_LAYERNORM: lambda o: 8.0 * o.b * o.l * o.d,
     OpKind.HF_RESIDUAL: lambda o: 12.0 * o.b * o.l * o.d,
-    OpKind.HF_QKV: lambda o: _hf_linear_bytes(o.b * o.l, o.d, 3 * o.d, 4),
-    OpKind.HF_DENSE: lambda o: _hf_linear_bytes(o.b * o.l, o.d, o.d, 2),
-    OpKind.HF_MLP_UP: lambda o: _hf_linear_bytes(o.b * o.l, o.d, o.ffn, 4),
-    OpKind.HF_MLP_DOWN: lambda o: _hf_linear_bytes(o.b * o.l, o.ffn, o.d, 2),
-    OpKind.HF_LM_HEAD: lambda o: _hf_linear_bytes(o.b * o.l, o.d, o.v, 4),
-    OpKind.HF_ATTENTION: lambda o: 2.0 * (3 + 2 + 1) * o.b * o.l * o.d,
-    OpKind.HF_LOSS: lambda o: 8.0 * o.b * o.l * o.v,
-    OpKind.HF_WEIGHT_CAST: lambda o: 6.0 * o.d * o.ffn,
+    OpKind.HF_QKV: lambda o: _hf_linear_bytes(o.b * o.l, o.d, 3 * o.d // o.mp, 4),
+    OpKind.HF_DENSE: lambda o: _hf_linear_bytes(o.b * o.l, o.d // o.mp, o.d, 2),
+    OpKind.HF_MLP_UP: lambda o: _hf_linear_bytes(o.b * o.l, o.d, o.ffn // o.mp, 4),
+    OpKind.HF_MLP_DOWN: lambda o: _hf_linear_bytes(o.b * o.l, o.ffn // o.mp, o.d, 2),
+    OpKind.HF_LM_HEAD: lambda o: _hf_linear_bytes(o.b * o.l, o.d, o.v // o.mp, 4),
+    OpKind.HF_ATTENTION: lambda o: 2.0 * (3 + 2 + 1) * o.b * o.l * o.d / o.mp,
+    OpKind.HF_LOSS: lambda o: 8.0 * o.b * o.l * o.v / o.mp,
+    OpKind.HF_WEIGHT_CAST: lambda o: 6.0 * o.d * o.ffn / o.mp,
 }
 
 

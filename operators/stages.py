@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainsim.operators.errors import ConfigError
-from trainsim.operators.ops import Direction, Op, OpKind, bytes_moved, flops, hf_params
+from trainsim.operators.ops import Direction, Op, OpKind, bytes_moved, flops
 from trainsim.operators.partition import StageRole, padded_vocab, partition_encoders, stage_params, stage_role
 from trainsim.operators.spec import (
     Attention,
@@ -31,6 +30,30 @@ from trainsim.operators.spec import (
 class OpCount:
     op: Op
     count: int
+
+
+@dataclass(frozen=True, slots=True)
+class GradSegment:
+    """Parameter tensors (their sizes, in the order the framework buckets them) whose gradients are
+    complete once ``ops`` (backward kernels) and ``recompute`` (forward kernels re-run in the
+    backward) have run; a stage's segments are listed in the order its backward runs them."""
+
+    tensors: tuple[int, ...]
+    ops: tuple[OpCount, ...]
+    recompute: tuple[OpCount, ...] = ()
+
+    @property
+    def params(self) -> int:
+        return sum(self.tensors)
+
+
+@dataclass(frozen=True, slots=True)
+class DPBuckets:
+    """How a framework packs gradients into DP all-reduce buckets (sizes in 2-byte entries)."""
+
+    first_entries: int  # cap of the first bucket (PyTorch DDP: 1 MiB)
+    entries: int  # cap of the others (DDP: bucket_cap_mb = 25)
+    entries_per_param: int  # 2: fp32 gradients
 
 
 @dataclass(frozen=True)
@@ -53,6 +76,15 @@ class StagePlan:
     # update (the first micro-batch's gradients are assigned, not added). Direction "update".
     grad_accum: Op | None = None
     grad_accum_count: int = 0
+    # MP collectives of unequal sizes (framework "hf": DTensor moves bf16 activations forward and
+    # fp32 gradients backward): (entries, count) per micro-batch. Empty: ``mp_allreduces_fwd`` /
+    # ``_bwd`` all-reduces of ``mp_allreduce_entries`` each (Megatron).
+    mp_colls_fwd: tuple[tuple[int, int], ...] = ()
+    mp_colls_bwd: tuple[tuple[int, int], ...] = ()
+    # Gradients in the order the last backward produces them, for frameworks whose DP buckets are
+    # ready as it runs (PyTorch DDP): empty means equal buckets ready at equal fractions.
+    grad_segments: tuple[GradSegment, ...] = ()
+    dp_buckets: DPBuckets | None = None
 
     def distinct_ops(self) -> set[Op]:
         return {oc.op for oc in (*self.forward, *self.backward, *self.recompute)}
@@ -91,7 +123,7 @@ def encoder_ops(model: ModelSpec, b: int, mp: int) -> list[Op]:
     return ops
 
 
-def _counted(ops: list[Op], times: int) -> list[OpCount]:
+def counted(ops: list[Op], times: int) -> list[OpCount]:
     """Merge repeated operators (e.g. the two norms of an encoder) and scale by ``times``."""
     counts: dict[Op, int] = {}
     for o in ops:
@@ -99,7 +131,7 @@ def _counted(ops: list[Op], times: int) -> list[OpCount]:
     return [OpCount(o, c) for o, c in counts.items() if c]
 
 
-def _merge(*groups: list[OpCount]) -> tuple[OpCount, ...]:
+def merge(*groups: list[OpCount]) -> tuple[OpCount, ...]:
     counts: dict[Op, int] = {}
     for group in groups:
         for oc in group:
@@ -115,63 +147,13 @@ _OPTIMIZER_KIND = {
 }
 
 
-def hf_encoder_ops(model: ModelSpec, b: int) -> list[Op]:
-    """One Hugging Face GPTNeoXLayer (parallel residual) in execution order, on one GPU."""
-    d, h, l, f = model.hidden, model.heads, model.seq_len, model.ffn
-
-    def op(kind: OpKind) -> Op:
-        return Op(kind, b=b, l=l, d=d, h=h, f=f if f != 4 * d else 0)
-
-    norm = op(OpKind.HF_LAYERNORM)
-    return [norm, op(OpKind.HF_QKV), op(OpKind.HF_ATTENTION), op(OpKind.HF_DENSE),
-            norm, op(OpKind.HF_MLP_UP), op(OpKind.GELU), op(OpKind.HF_MLP_DOWN), op(OpKind.HF_RESIDUAL)]
-
-
-def hf_recompute_ops(model: ModelSpec, b: int) -> list[Op]:
-    """What the backward re-runs of one checkpointed GPTNeoXLayer.
-
-    ``torch.utils.checkpoint`` (non-reentrant, as transformers calls it) stops the
-    recompute as soon as the last tensor the backward needs has been saved again: the
-    inputs of dense_4h_to_h are saved before its GEMM runs, so the recompute casts that
-    weight but runs neither the GEMM nor the residual add (measured: validation/probe_recompute.py).
-    """
-    d, f = model.hidden, model.ffn
-    *head, _down, _residual = hf_encoder_ops(model, b)
-    return [*head, Op(OpKind.HF_WEIGHT_CAST, d=d, f=f if f != 4 * d else 0)]
-
-
-def _build_hf_plan(model: ModelSpec, training: TrainingSpec, par: Parallelism) -> tuple[StagePlan, ...]:
-    """framework "hf": the whole model on one GPU per data-parallel replica."""
-    if par.pp != 1 or par.mp != 1:
-        raise ConfigError("training.framework", "the hf framework models one GPU per replica: "
-                          f"needs parallelism.pp = mp = 1, got pp={par.pp}, mp={par.mp}")
-    b, d, l, n = training.micro_batch, model.hidden, model.seq_len, model.layers
-    f = model.ffn if model.ffn != 4 * d else 0
-    v = padded_vocab(model.vocab, 1)
-    head = [Op(OpKind.HF_EMBEDDING, b=b, l=l, d=d, v=v)]
-    tail = [Op(OpKind.HF_LAYERNORM, b=b, l=l, d=d, h=model.heads), Op(OpKind.HF_LM_HEAD, b=b, l=l, d=d, v=v),
-            Op(OpKind.HF_LOSS, b=b, l=l, d=d, v=v)]
-    enc = hf_encoder_ops(model, b)
-    forward = _merge(_counted(head, 1), _counted(enc, n), _counted(tail, 1))
-    full = training.recompute is Recompute.FULL
-    recompute = _merge(_counted(hf_recompute_ops(model, b), n)) if full else ()
-    role = stage_role(0, 1)
-    update = dict(d=d, v=v, f=f, layers=n)
-    return (StagePlan(
-        index=0, role=role, encoders=n, forward=forward, backward=forward, recompute=recompute,
-        mp_allreduces_fwd=0, mp_allreduces_bwd=0, mp_allreduce_entries=b * l * d, p2p_entries=0,
-        params=hf_params(Op(OpKind.HF_OPTIMIZER, **update)),
-        optimizer=Op(OpKind.HF_OPTIMIZER, **update),
-        grad_accum=Op(OpKind.HF_GRAD_ACCUM, **update),
-        grad_accum_count=training.micro_batches - 1,
-    ),)
-
-
 def build_stage_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism) -> tuple[StagePlan, ...]:
     """Every pipeline stage's plan. Validates that the model fits the layout."""
     check_model_fits(model, par)
     if training.framework is Framework.HF:
-        return _build_hf_plan(model, training, par)
+        from trainsim.operators.hf_stages import build_hf_plans
+
+        return build_hf_plans(model, training, par)
     b, mp = training.micro_batch, par.mp
     d, l = model.hidden, model.seq_len
     v = padded_vocab(model.vocab, mp)
@@ -189,8 +171,8 @@ def build_stage_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism
             tail += [enc[0],  # the final norm has the encoders' norm shape
                      Op(OpKind.LINEAR_FINAL, b=b, l=l, d=d, mp=mp, v=v),
                      Op(OpKind.CROSS_ENTROPY, b=b, l=l, d=d, mp=mp, v=v)]
-        forward = _merge(_counted(head, 1), _counted(enc, n), _counted(tail, 1))
-        recompute = _merge(_counted(enc, n)) if full else ()
+        forward = merge(counted(head, 1), counted(enc, n), counted(tail, 1))
+        recompute = merge(counted(enc, n)) if full else ()
         fwd_syncs = model.fwd_mp_syncs * n + (1 if role.has_embedding else 0)
         bwd_syncs = model.bwd_mp_syncs * n + (model.fwd_mp_syncs * n if full else 0)
         plans.append(StagePlan(

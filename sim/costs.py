@@ -16,6 +16,7 @@ import numpy as np
 from trainsim.operators import Collective, CollKind, Direction, DurationModel, Op, StagePlan, TrainingSpec
 from trainsim.operators.errors import ConfigError
 from trainsim.operators.spec import Parallelism
+from trainsim.operators.stages import DPBuckets, GradSegment
 from trainsim.topology import ClusterSpec, Placement, closed_form_seconds
 
 
@@ -48,6 +49,10 @@ class StageCost:
     # Gradient accumulation kernels per update (framework "hf": fp32 adds of m - 1 micro-batches'
     # gradients); Megatron/DeepSpeed accumulate inside the backward GEMMs, so 0 there.
     grad_accum_s: float = 0.0
+    # Where in the last backward (fraction of its compute) each DP bucket's gradients are complete,
+    # for frameworks whose buckets follow the gradients (PyTorch DDP, which always overlaps); empty:
+    # bucket k at (k + 1) / n when ``overlap_dp``, else all at the end.
+    dp_bucket_ready: tuple[float, ...] = ()
 
     @property
     def fwd_s(self) -> float:
@@ -88,6 +93,32 @@ def _buckets(entries: int, bucket: int) -> list[int]:
     return [bucket] * n_full + ([rest] if rest else [])
 
 
+def _ddp_buckets(segments: Sequence[GradSegment], caps: DPBuckets) -> list[tuple[int, int]]:
+    """(entries, index of the segment that completes it) per bucket, by PyTorch DDP's rule: tensors
+    in order, a bucket closes once it reaches its cap (the first bucket's cap is smaller); a tensor
+    is never split."""
+    out: list[tuple[int, int]] = []
+    size = 0
+    for i, seg in enumerate(segments):
+        for t in seg.tensors:
+            size += t * caps.entries_per_param
+            if size >= (caps.first_entries if not out else caps.entries):
+                out.append((size, i))
+                size = 0
+    if size:
+        out.append((size, len(segments) - 1))
+    return out
+
+
+def _segment_ends(segments: Sequence[GradSegment], fwd: dict[Op, float], bwd: dict[Op, float]) -> list[float]:
+    """Fraction of a backward's compute (recompute included) done when each segment's gradients are."""
+    t, ends = 0.0, []
+    for seg in segments:
+        t += sum(oc.count * bwd[oc.op] for oc in seg.ops) + sum(oc.count * fwd[oc.op] for oc in seg.recompute)
+        ends.append(t)
+    return [e / t if t > 0 else 1.0 for e in ends]
+
+
 def _op_table(model: DurationModel, ops: Sequence[Op], direction: Direction) -> dict[Op, float]:
     if not ops:
         return {}
@@ -125,17 +156,30 @@ def build_costs(
         return c
 
     mp_ar = coll(CollKind.ALL_REDUCE, plans[0].mp_allreduce_entries, mp_span) if par.mp > 1 else None
+    # MP collectives of several sizes (framework "hf"): (entries, count) lists per direction
+    mp_lists = {(p.index, d): [(coll(CollKind.ALL_REDUCE, e, mp_span), c) for e, c in colls]
+                for p in plans for d, colls in (("fwd", p.mp_colls_fwd), ("bwd", p.mp_colls_bwd))
+                if par.mp > 1 and (p.mp_colls_fwd or p.mp_colls_bwd)}
     p2p = [coll(CollKind.P2P, plans[0].p2p_entries, span) for span in p2p_spans]
     dp_ar: list[list[Collective]] = []
     dp_ag: list[list[Collective]] = []
+    dp_ready: list[tuple[float, ...]] = []
     for p in plans:
-        if par.dp > 1:
+        ready: tuple[float, ...] = ()
+        if par.dp > 1 and p.dp_buckets is not None and p.grad_segments:
+            buckets = _ddp_buckets(p.grad_segments, p.dp_buckets)
+            ends = _segment_ends(p.grad_segments, fwd, bwd)
+            dp_ar.append([coll(CollKind.ALL_REDUCE, e, dp_span) for e, _ in buckets])
+            ready = tuple(ends[i] for _, i in buckets)
+            dp_ag.append([])  # DDP keeps whole parameters on every replica: nothing to gather
+        elif par.dp > 1:
             dp_ar.append([coll(CollKind.ALL_REDUCE, e, dp_span) for e in _buckets(p.params, training.dp_bucket)])
             shard = p.params // par.dp if training.zero_stage >= 1 else 0
             dp_ag.append([coll(CollKind.ALL_GATHER, e, dp_span) for e in _buckets(shard, training.dp_bucket)])
         else:
             dp_ar.append([])
             dp_ag.append([])
+        dp_ready.append(ready)
 
     keys = list(wanted)
     if keys:
@@ -151,6 +195,13 @@ def build_costs(
             raise ConfigError("profile", f"{c.kind.value} of {c.entries} entries got a duration of {t!r} s")
 
     mp_s = wanted[mp_ar] if mp_ar is not None else 0.0
+
+    def mp_total(p: StagePlan, direction: str, count: int) -> float:
+        listed = mp_lists.get((p.index, direction))
+        if listed is None:
+            return count * mp_s
+        return sum(c * wanted[k] for k, c in listed)
+
     stages = []
     for p in plans:
         s = p.index
@@ -163,8 +214,8 @@ def build_costs(
             fwd_compute_s=fwd_s,
             bwd_compute_s=bwd_s,
             recompute_s=rec_s,
-            mp_fwd_s=p.mp_allreduces_fwd * mp_s,
-            mp_bwd_s=p.mp_allreduces_bwd * mp_s,
+            mp_fwd_s=mp_total(p, "fwd", p.mp_allreduces_fwd),
+            mp_bwd_s=mp_total(p, "bwd", p.mp_allreduces_bwd),
             mp_allreduce_s=mp_s,
             mp_fwd_count=p.mp_allreduces_fwd if par.mp > 1 else 0,
             mp_bwd_count=p.mp_allreduces_bwd if par.mp > 1 else 0,
@@ -181,6 +232,7 @@ def build_costs(
             dp_bucket_bytes=tuple(float(c.bytes) for c in dp_ar[s]),
             dp_allgather_bytes=float(sum(c.bytes for c in dp_ag[s])),
             grad_accum_s=p.grad_accum_count * upd[p.grad_accum] if p.grad_accum is not None else 0.0,
+            dp_bucket_ready=dp_ready[s],
         ))
     return IterationCosts(
         stages=tuple(stages), micro_batches=training.micro_batches, parallelism=par,

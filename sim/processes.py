@@ -77,6 +77,7 @@ class Lane:
     rendezvous: bool  # P2P sends wait for the posted receive (see Build.rendezvous)
     bucketed: bool  # its stage's gradients go through the bucketed DP collective
     n_buckets: int
+    releases: tuple[tuple[float, int], ...]  # see _releases
 
     def factor(self, ctx: Build) -> float:
         return 1.0 if ctx.perturb is None else ctx.perturb.compute_factor(self.stage, self.replica)
@@ -92,7 +93,9 @@ def _lane(ctx: Build, s: int, r: int) -> Lane:
     return Lane(stage=s, replica=r, table=ctx.tables[s], tally=ctx.tallies[s, r],
                 track=ctx.recorder.replica(s, r) if ctx.recorder is not None else None,
                 mp_rates=ctx.routes.mp.get((s, r)) if ctx.routes else None, rendezvous=ctx.rendezvous,
-                bucketed=bucketed, n_buckets=len(st.dp_bucket_s) if bucketed else 0)
+                bucketed=bucketed, n_buckets=len(st.dp_bucket_s) if bucketed else 0,
+                releases=_releases(st.dp_bucket_ready, len(st.dp_bucket_s), ctx.opts.overlap_dp) if bucketed
+                else ((1.0, 0),))
 
 
 # -- the stage replica -------------------------------------------------------------------------------
@@ -130,26 +133,43 @@ def stage_process(env: simpy.Environment, ctx: Build, stage: int, replica: int, 
 def compute_step(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, sc: StepCost,
                  ready_buckets: bool) -> Process:
     """The step's compute and its MP all-reduces. The last backward of a bucketed stage readies its
-    gradient buckets: with ``overlap_dp`` bucket k after (k+1)/n of its work, else all at its end."""
-    split = lane.n_buckets if ready_buckets and ctx.opts.overlap_dp else 1
+    gradient buckets (:attr:`Lane.releases`): at the fractions of its work where the framework has
+    them (PyTorch DDP), with ``overlap_dp`` bucket k after (k+1)/n of it, else all at its end."""
+    releases = lane.releases if ready_buckets else ((1.0, 0),)
     tally = lane.tally
     t0 = env.now
-    for piece in range(split):
-        yield env.timeout(sc.compute_s * lane.factor(ctx) / split)
+    done = 0.0
+    first = 0
+    for frac, upto in releases:
+        share = frac - done
+        done = frac
+        yield env.timeout(sc.compute_s * lane.factor(ctx) * share)
         t1 = env.now
         tally.compute += t1 - t0
         if lane.track is not None:
             _record_compute(ctx, lane, step, sc, t0, t1)
         if sc.mp_s > 0:
-            yield comm(ctx, sc.mp_s / split, lane.mp_rates, MP, lane.stage)
+            yield comm(ctx, sc.mp_s * share, lane.mp_rates, MP, lane.stage)
             tally.mp += env.now - t1
             if lane.track is not None:
                 lane.span(ctx, f"MP all-reduce {step.kind}{step.micro}", "mp", t1, env.now)
         if ready_buckets:
             sync = ctx.dp_sync[lane.stage]
-            for k in range(piece, lane.n_buckets if split == 1 else piece + 1):
+            for k in range(first, upto):
                 sync.bucket_ready[k].arrive()
+            first = upto
         t0 = env.now
+
+
+def _releases(ready: tuple[float, ...], n_buckets: int, overlap: bool) -> tuple[tuple[float, int], ...]:
+    """(fraction of the last backward, buckets ready by then) at each point where buckets become
+    ready, ending at (1.0, n_buckets)."""
+    if ready:
+        fracs = sorted(set(ready) | {1.0})  # in [0, 1] by construction (sim.costs._segment_ends)
+        return tuple((f, sum(1 for r in ready if r <= f)) for f in fracs)
+    if overlap and n_buckets:
+        return tuple(((k + 1) / n_buckets, k + 1) for k in range(n_buckets))
+    return ((1.0, n_buckets),)
 
 
 def _record_compute(ctx: Build, lane: Lane, step: Step, sc: StepCost, t0: float, t1: float) -> None:

@@ -37,8 +37,8 @@ def test_hf_plan_structure():
     d = 256
     assert plan.params == 3 * (4 * d + 3 * d * (d + 1) + d * (d + 1) + 4 * d * (d + 1) + d * (4 * d + 1)) \
         + 2 * 50432 * d + 2 * d
-    with pytest.raises(ConfigError, match="training.framework"):
-        build_stage_plans(MODEL, tr, Parallelism(pp=2))
+    with pytest.raises(ConfigError, match="parallelism.schedule"):  # pipelining has no interleaved 1F1B here
+        build_stage_plans(MODEL, tr, Parallelism(pp=2, schedule="interleaved-1f1b", virtual_stages=2))
 
 
 def test_megatron_plans_do_not_change_with_the_default_framework():

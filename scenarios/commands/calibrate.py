@@ -29,9 +29,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the Sobol plan and of the random inputs")
     p.add_argument("--configs", default=None, metavar="CSV",
                    help="also measure the exact operators of these configurations first "
-                        "(columns name,hidden,heads,layers,seq_len,micro_batch,micro_batches,recompute; "
-                        "e.g. validation/configs.csv)")
+                        "(columns name,hidden,heads,layers,seq_len,micro_batch,micro_batches,recompute, "
+                        "optional tp: one tensor-parallel rank's operators; e.g. validation/configs.csv)")
     p.add_argument("--points", type=int, default=None, metavar="N", help="Sobol points when no --budget (256)")
+    p.add_argument("--hf-tp", action="store_true",
+                   help="sample the hf kinds at the Sobol point's tensor-parallel degree (one rank's shard "
+                        "under PyTorch's DTensor plan) instead of whole on one GPU")
     p.add_argument("--max-gib", type=float, default=24.0, help="skip shapes estimated to need more memory")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=10)
@@ -40,7 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def read_configs(path: str, vocab: int = 50432) -> list:
-    """Validation-style configurations as (ModelSpec, TrainingSpec(framework=hf), Parallelism())."""
+    """Validation-style configurations as (ModelSpec, TrainingSpec(framework=hf), Parallelism(mp=tp)).
+
+    ``tp`` (optional column, default 1) asks for one tensor-parallel rank's operators."""
     from trainsim.operators import ModelSpec, Parallelism, TrainingSpec
 
     try:
@@ -54,10 +59,12 @@ def read_configs(path: str, vocab: int = 50432) -> list:
                 model = ModelSpec(row["name"], hidden=int(row["hidden"]), heads=int(row["heads"]),
                                   layers=int(row["layers"]), seq_len=int(row["seq_len"]), vocab=vocab)
                 training = TrainingSpec(micro_batch=int(row["micro_batch"]), micro_batches=int(row["micro_batches"]),
-                                        precision="bf16", recompute=row["recompute"], framework="hf")
+                                        precision="bf16", recompute=row.get("recompute") or "none",
+                                        framework="hf")
+                par = Parallelism(mp=int(row.get("tp") or 1))
             except (KeyError, ValueError) as e:
                 raise ConfigError(f"{path}:{i}", f"bad configuration row: {e}") from None
-            out.append((model, training, Parallelism()))
+            out.append((model, training, par))
     return out
 
 
@@ -73,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     kinds = parse_kinds(args.ops)
     include = config_ops(read_configs(args.configs)) if args.configs else []
     plan = sampling_plan(kinds, budget=args.budget, seed=args.seed, include=include,
-                         max_bytes=args.max_gib * 2**30, points=args.points)
+                         max_bytes=args.max_gib * 2**30, points=args.points, hf_tp=args.hf_tp)
 
     from trainsim.calibration.harness import TorchUnavailable, make_env, pending, run_plan
     from trainsim.scenarios.progress import Progress

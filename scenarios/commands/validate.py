@@ -37,6 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile-3d", default="h200-sxm-bf16", metavar="NAME", help="profile for --measured-3d")
     p.add_argument("--host-gpus", type=int, default=None, help="GPUs of the host that measured --measured-3d")
     p.add_argument("--cluster-3d", default="dgx-h200", metavar="PRESET", help="cluster preset for --measured-3d")
+    p.add_argument("--measured-multi", default=None, metavar="CSV",
+                   help="instead: multi-GPU runs (validation/train_hf_parallel.py or train_3d.py tables), "
+                        "simulated on the host they ran on")
+    p.add_argument("--profile-multi", default=None, metavar="NAME",
+                   help="profile for --measured-multi (default: the shipped one of each row's GPU)")
+    p.add_argument("--cluster-multi", default=None, metavar="PRESET",
+                   help="cluster preset for --measured-multi (default: hgx-h100 / hgx-h200 by each row's GPU)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress and no warnings (errors still print)")
     p.set_defaults(func=run)
 
@@ -128,9 +135,28 @@ def run_3d(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_multi(args: argparse.Namespace) -> int:
+    from trainsim.scenarios import compare_multi
+    from trainsim.scenarios.commands.common import print_json, warn
+    from trainsim.scenarios.progress import Progress
+
+    _, measured = compare_multi.read_table(args.measured_multi)  # a bad table fails before any work
+    with Progress("validate", len(measured), unit="runs", quiet=args.quiet) as bar:
+        table = compare_multi.rows(args.measured_multi, args.profile_multi, args.cluster_multi,
+                                   cache_dir=args.cache_dir, progress=bar.update)
+    if args.json:
+        print_json({"summary": compare_multi.summary(table), "runs": table})
+    else:
+        print(compare_multi.render(table))
+    warn(dict.fromkeys(w for r in table for w in r.get("warnings", [])), quiet=args.quiet)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     import warnings
 
+    if args.measured_multi:
+        return run_multi(args)
     if args.measured_3d:
         return run_3d(args)
     rows = read_measured(args.measured)

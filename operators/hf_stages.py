@@ -1,0 +1,166 @@
+"""framework "hf": Hugging Face GPT-NeoX under PyTorch-native parallelism.
+
+What ``validation/train_gptneox.py`` (one GPU) and ``validation/train_hf_parallel.py`` (several)
+run, stage by stage and rank by rank:
+
+* the model: ``GPTNeoXForCausalLM``, fp32 weights under ``torch.autocast(bf16)``, parallel
+  residual, untied embeddings, fused AdamW (:class:`OpKind` ``hf_*`` kinds measure that exact code);
+* ``mp`` > 1 = DTensor tensor parallelism with the Megatron plan: column-parallel QKV, MLP-up and
+  LM head, row-parallel attention output and MLP-down, vocabulary-parallel embedding, the loss
+  under ``loss_parallel``. The collectives that follow (per micro-batch):
+
+  - forward: 2 all-reduces per layer of the row-parallel bf16 outputs (b*l*d), 1 of the
+    embedding's fp32 partial output (the fp32 weight makes it fp32), 3 of b*l fp32 values in the
+    vocab-parallel cross-entropy (max, sum of exponentials, target logit);
+  - backward: 2 per layer of the fp32 gradients of the column-parallel inputs (the LayerNorm
+    outputs are fp32; autocast casts the gradient back before DTensor's Replicate boundary
+    reduces it) and 1 for the LM head's input;
+
+* ``pp`` > 1 = ``torch.distributed.pipelining`` (1F1B or GPipe): equal layers per stage, the
+  remainder on the last stages, embedding on the first and norm, head and loss on the last;
+  activations cross stages as the fp32 residual stream; after the last micro-batch the schedule
+  divides every gradient by m (``scale_grads``);
+* ``dp`` > 1 = DDP: fp32 gradients in 25 MiB buckets (the first 1 MiB) in reverse parameter
+  order, all-reduced while the last micro-batch's backward runs (``no_sync`` before it); DDP
+  copies the gradients into its buckets and back.
+
+Two memory-bound passes over the gradients (the pipelining schedule's division by m, DDP's bucket
+copies) are priced as one fp32 gradient accumulation each (``hf_grad_accum``, 12 bytes per
+parameter, the same order as the 8-12 bytes these passes move).
+"""
+
+from __future__ import annotations
+
+from trainsim.operators.errors import ConfigError
+from trainsim.operators.ops import Op, OpKind
+from trainsim.operators.partition import padded_vocab, stage_role
+from trainsim.operators.spec import ModelSpec, Parallelism, Recompute, Schedule, TrainingSpec
+from trainsim.operators.stages import DPBuckets, GradSegment, StagePlan, counted, merge
+
+MIB = 2**20
+DDP_FIRST_BUCKET_BYTES = 1 * MIB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
+DDP_BUCKET_BYTES = 25 * MIB  # DistributedDataParallel(bucket_cap_mb=25), the default
+FP32_ENTRIES = 2  # an fp32 value is two of the 2-byte entries collectives are counted in
+LOSS_PARALLEL_ALLREDUCES = 3  # max, sum of exponentials, target logit
+
+
+def hf_stage_layers(layers: int, pp: int) -> tuple[int, ...]:
+    """Layers per pipeline stage: equal, the remainder one each on the last stages."""
+    if pp > layers:
+        raise ConfigError("parallelism.pp", f"{pp} stages for {layers} layers: more stages than layers")
+    base, extra = divmod(layers, pp)
+    return tuple(base + (1 if s >= pp - extra else 0) for s in range(pp))
+
+
+def _ffn_field(model: ModelSpec) -> int:
+    return model.ffn if model.ffn != 4 * model.hidden else 0
+
+
+def hf_encoder_ops(model: ModelSpec, b: int, mp: int = 1) -> list[Op]:
+    """One Hugging Face GPTNeoXLayer (parallel residual) on one tensor-parallel rank, in execution order."""
+    d, h, l, f = model.hidden, model.heads, model.seq_len, _ffn_field(model)
+
+    def op(kind: OpKind) -> Op:
+        return Op(kind, b=b, l=l, d=d, h=h, f=f, mp=1 if kind in _WHOLE else mp)
+
+    norm = op(OpKind.HF_LAYERNORM)
+    return [norm, op(OpKind.HF_QKV), op(OpKind.HF_ATTENTION), op(OpKind.HF_DENSE),
+            norm, op(OpKind.HF_MLP_UP), op(OpKind.GELU), op(OpKind.HF_MLP_DOWN), op(OpKind.HF_RESIDUAL)]
+
+
+# Replicated under the tensor-parallel plan (no sequence parallelism): whole on every rank.
+_WHOLE = frozenset({OpKind.HF_LAYERNORM, OpKind.HF_RESIDUAL})
+
+
+def hf_recompute_ops(model: ModelSpec, b: int, mp: int = 1) -> list[Op]:
+    """What the backward re-runs of one checkpointed GPTNeoXLayer.
+
+    ``torch.utils.checkpoint`` (non-reentrant, as transformers calls it) stops the
+    recompute as soon as the last tensor the backward needs has been saved again: the
+    inputs of dense_4h_to_h are saved before its GEMM runs, so the recompute casts that
+    weight but runs neither the GEMM nor the residual add (measured: validation/probe_recompute.py).
+    """
+    *head, _down, _residual = hf_encoder_ops(model, b, mp)
+    return [*head, Op(OpKind.HF_WEIGHT_CAST, d=model.hidden, f=_ffn_field(model), mp=mp)]
+
+
+def hf_layer_tensors(d: int, f: int, mp: int) -> tuple[int, ...]:
+    """One layer's parameter tensors on one tensor-parallel rank, in reverse module order (the order
+    DDP buckets them): MLP-down bias and weight, MLP-up, dense, QKV, the two LayerNorms."""
+    return (d, d * f // mp, f // mp, f * d // mp, d, d * d // mp, 3 * d // mp, 3 * d * d // mp, d, d, d, d)
+
+
+def build_hf_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism) -> tuple[StagePlan, ...]:
+    """Every pipeline stage's plan for framework "hf" (see the module docstring)."""
+    if par.schedule is Schedule.INTERLEAVED_1F1B:
+        raise ConfigError("parallelism.schedule", "the hf framework models torch.distributed.pipelining's "
+                          "1f1b and gpipe schedules; interleaved-1f1b is Megatron's")
+    b, l, d, mp, m = training.micro_batch, model.seq_len, model.hidden, par.mp, training.micro_batches
+    f = model.ffn
+    v = padded_vocab(model.vocab, 1)
+    if v % mp:
+        raise ConfigError("parallelism.mp", f"vocabulary {v} is not divisible by mp {mp}")
+    counts = hf_stage_layers(model.layers, par.pp)
+    full = training.recompute is Recompute.FULL
+    layer_params = sum(hf_layer_tensors(d, f, mp))
+    vocab_params = v * d // mp
+    bld = b * l * d
+    plans = []
+    for s, n in enumerate(counts):
+        role = stage_role(s, par.pp)
+        head = [Op(OpKind.HF_EMBEDDING, b=b, l=l, d=d, v=v, mp=mp)] if role.has_embedding else []
+        tail = ([Op(OpKind.HF_LAYERNORM, b=b, l=l, d=d, h=model.heads),
+                 Op(OpKind.HF_LM_HEAD, b=b, l=l, d=d, v=v, mp=mp), Op(OpKind.HF_LOSS, b=b, l=l, d=d, v=v, mp=mp)]
+                if role.has_head else [])
+        enc = hf_encoder_ops(model, b, mp)
+        rec = hf_recompute_ops(model, b, mp) if full else []
+        forward = merge(counted(head, 1), counted(enc, n), counted(tail, 1))
+        recompute = merge(counted(rec, n)) if full else ()
+
+        mp_fwd: list[tuple[int, int]] = []
+        mp_bwd: list[tuple[int, int]] = []
+        if mp > 1:
+            mp_fwd.append((bld, 2 * n))  # the row-parallel outputs, bf16
+            if role.has_embedding:
+                mp_fwd.append((FP32_ENTRIES * bld, 1))
+            if role.has_head:
+                mp_fwd.append((FP32_ENTRIES * b * l, LOSS_PARALLEL_ALLREDUCES))
+            mp_bwd.append((FP32_ENTRIES * bld, 2 * n + (1 if role.has_head else 0)))
+            if full:  # the recompute re-runs the attention's row-parallel output, not MLP-down's
+                mp_bwd.append((bld, n))
+
+        vocab_mats = int(role.has_embedding) + int(role.has_head)
+        params = n * layer_params + vocab_mats * vocab_params + (2 * d if role.has_head else 0)
+        # The update kinds' feature is the parameter count (operators.ops.hf_params, which counts
+        # both vocabulary matrices): a stage holding one or none gets half the rows or one row, which
+        # is exact to within d * (1 + 2 / mp) parameters.
+        v_eff = max(1, v * vocab_mats // 2)
+        update = dict(d=d, v=v_eff, f=_ffn_field(model), layers=n, mp=mp)
+
+        segments: list[GradSegment] = []
+        if role.has_head:
+            segments.append(GradSegment((vocab_params, d, d), tuple(counted(tail, 1))))
+        layer = GradSegment(hf_layer_tensors(d, f, mp), tuple(counted(enc, 1)), tuple(counted(rec, 1)))
+        segments += [layer] * n
+        if role.has_embedding:
+            segments.append(GradSegment((vocab_params,), tuple(counted(head, 1))))
+
+        extra_passes = (1 if par.pp > 1 else 0) + (1 if par.dp > 1 else 0)
+        plans.append(StagePlan(
+            index=s, role=role, encoders=n, forward=forward, backward=forward, recompute=recompute,
+            mp_allreduces_fwd=sum(c for _, c in mp_fwd), mp_allreduces_bwd=sum(c for _, c in mp_bwd),
+            mp_allreduce_entries=bld,
+            p2p_entries=FP32_ENTRIES * bld if par.pp > 1 else 0,
+            params=params,
+            optimizer=Op(OpKind.HF_OPTIMIZER, **update),
+            grad_accum=Op(OpKind.HF_GRAD_ACCUM, **update),
+            grad_accum_count=m - 1 + extra_passes,
+            mp_colls_fwd=tuple(mp_fwd), mp_colls_bwd=tuple(mp_bwd),
+            grad_segments=tuple(segments),
+            dp_buckets=DPBuckets(DDP_FIRST_BUCKET_BYTES // 2, DDP_BUCKET_BYTES // 2, FP32_ENTRIES),
+        ))
+    return tuple(plans)
+
+
+__all__ = ["DDP_BUCKET_BYTES", "DDP_FIRST_BUCKET_BYTES", "build_hf_plans", "hf_encoder_ops",
+           "hf_layer_tensors", "hf_recompute_ops", "hf_stage_layers"]

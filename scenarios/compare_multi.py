@@ -1,0 +1,171 @@
+"""Predicted against measured multi-GPU iteration times (``trainsim validate --measured-multi CSV``).
+
+Reads either trainer's table and, per row, builds the scenario that describes that run:
+
+* ``validation/train_hf_parallel.py`` (PyTorch-native parallelism on Hugging Face GPT-NeoX,
+  columns ``layout,world,dp,fsdp,tp,pp,schedule,...``): framework ``hf``; ``tp`` is the
+  scenario's ``mp`` (DTensor), ``pp`` its pipeline (torch.distributed.pipelining), ``dp`` DDP;
+* ``validation/train_3d.py`` (Megatron-style, columns ``layout,pp,mp,dp,...,seq``): the scenario
+  of :func:`scenarios.compare_3d.scenario_mapping`.
+
+The cluster is the host the row ran on: ``hgx-h100`` or ``hgx-h200`` (from the ``device``
+column) with ``gpus_per_node`` = the layout's GPUs, so every group is one NVLink node; the
+profile is the same GPU's shipped one (``h100-sxm-bf16`` / ``h200-sxm-bf16``) unless given.
+Each row is simulated (realistic mode, seed 0) and compared with the measured minimum over
+its timed iterations (the statistic of the one-GPU validation).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+from trainsim.operators.errors import ConfigError
+
+HF_COLUMNS = ("layout", "world", "dp", "tp", "pp", "hidden", "heads", "layers", "seq_len", "micro_batch",
+              "micro_batches", "min_s", "median_s", "device")
+M3D_COLUMNS = ("layout", "pp", "mp", "dp", "hidden", "heads", "layers", "seq", "micro_batch", "micro_batches",
+               "min_s", "median_s", "device")
+GPUS = {"H100": ("hgx-h100", "h100-sxm-bf16"), "H200": ("hgx-h200", "h200-sxm-bf16")}
+
+
+def read_table(path: str | os.PathLike) -> tuple[str, list[dict[str, str]]]:
+    """(``"hf"`` or ``"3d"``, rows) of a measured table; a bad file is one ConfigError naming it."""
+    p = Path(path)
+    try:
+        fh = p.open(newline="")
+    except OSError as e:
+        raise ConfigError("--measured-multi", f"cannot read {p}: {e.strerror}") from None
+    with fh:
+        try:
+            reader = csv.DictReader(fh)
+            header = set(reader.fieldnames or [])
+            kind = "hf" if "tp" in header else "3d"
+            need = HF_COLUMNS if kind == "hf" else M3D_COLUMNS
+            missing = [c for c in need if c not in header]
+            if missing:
+                raise ConfigError(f"{p}:1", f"missing columns: {', '.join(missing)} (neither "
+                                            "train_hf_parallel.py's nor train_3d.py's table)")
+            rows = list(reader)
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise ConfigError(str(p), f"not a CSV table: {e}") from None
+    if not rows:
+        raise ConfigError(str(p), "holds no rows")
+    ints = [c for c in need if c not in ("layout", "device", "min_s", "median_s")]
+    for i, row in enumerate(rows, start=2):
+        try:
+            for c in ints:
+                if int(row[c]) < 1:
+                    raise ValueError(c)
+            if not float(row["min_s"]) > 0:
+                raise ValueError("min_s")
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{p}:{i}", f"column {e.args[0] if e.args else '?'}: not a positive number") from None
+        if kind == "hf" and int(row.get("fsdp") or 0) > 1:
+            row["_skip"] = "FSDP is not modelled yet"
+    return kind, rows
+
+
+def gpu_of(row: dict[str, str], where: str) -> str:
+    for name in GPUS:
+        if name in row.get("device", ""):
+            return name
+    raise ConfigError(where, f"device {row.get('device')!r}: no shipped cluster/profile for it "
+                             f"(known: {', '.join(GPUS)}); pass --profile-multi and --cluster-multi")
+
+
+def scenario_mapping(kind: str, row: dict[str, str], profile: str, cluster: str) -> dict:
+    """The scenario of one measured row (see the module docstring)."""
+    if kind == "3d":
+        from trainsim.scenarios.compare_3d import scenario_mapping as m3d
+
+        gpus = int(row["pp"]) * int(row["mp"]) * int(row["dp"])
+        return m3d(row, profile, host_gpus=gpus, cluster=cluster)
+    gpus = int(row["pp"]) * int(row["tp"]) * int(row["dp"])
+    return {
+        "name": f"measured-{row['layout']}-{row.get('name', '')}",
+        "description": "validation/train_hf_parallel.py row",
+        "model": {"name": "gptneox", "hidden": int(row["hidden"]), "heads": int(row["heads"]),
+                  "layers": int(row["layers"]), "seq_len": int(row["seq_len"]),
+                  "vocab": int(row.get("vocab") or 50432), "norm": "layernorm", "attention": "flash",
+                  "rotary": True},
+        "training": {"micro_batch": int(row["micro_batch"]), "micro_batches": int(row["micro_batches"]),
+                     "precision": "bf16", "recompute": "none", "zero_stage": 0, "framework": "hf"},
+        "parallelism": {"pp": int(row["pp"]), "mp": int(row["tp"]), "dp": int(row["dp"]),
+                        "schedule": row.get("schedule") or "1f1b"},
+        "cluster": {"preset": cluster, "gpus_per_node": gpus},
+        "profile": {"name": profile},
+        "simulation": {"mode": "realistic", "seed": 0},
+    }
+
+
+def rows(path: str | os.PathLike, profile: str | None = None, cluster: str | None = None,
+         cache_dir: str | None = None, progress: Callable[[int], object] | None = None) -> list[dict]:
+    """One dict per measured row: layout, shape, simulated and closed-form seconds, measured minimum and
+    median, errors in percent, the time's breakdown and the warnings of its prediction."""
+    from trainsim.scenarios.compose import predict, simulate_prediction
+    from trainsim.scenarios.schema import scenario_from_mapping
+
+    kind, table = read_table(path)
+    out = []
+    for i, row in enumerate(table, start=2):
+        where = f"{path}:{i}"
+        base = {"layout": row["layout"], "shape": row.get("name") or
+                f"d{row['hidden']}-L{row['layers']}-b{row['micro_batch']}", "device": row["device"],
+                "measured_s": float(row["min_s"]), "measured_median_s": float(row["median_s"])}
+        if "_skip" in row:
+            out.append({**base, "skipped": row["_skip"]})
+            if progress:
+                progress(1)
+            continue
+        gpu = gpu_of(row, where) if profile is None or cluster is None else ""
+        sc = scenario_from_mapping(scenario_mapping(kind, row, profile or GPUS[gpu][1], cluster or GPUS[gpu][0]),
+                                   name=where)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pred = predict(sc, cache_dir=cache_dir)
+            sim = simulate_prediction(pred)
+        simulated, closed = sim.iteration_s, pred.eq7.iteration_s
+        meas = base["measured_s"]
+        out.append({**base, "profile": pred.profile_name, "simulated_s": simulated, "closed_form_s": closed,
+                    "simulated_err_pct": 100.0 * (simulated / meas - 1),
+                    "closed_form_err_pct": 100.0 * (closed / meas - 1), "breakdown": dict(sim.breakdown),
+                    "notes": list(pred.costs.notes),
+                    "warnings": list(dict.fromkeys([*pred.warnings, *(str(w.message) for w in caught)]))})
+        if progress:
+            progress(1)
+    return out
+
+
+def summary(table: list[dict]) -> dict:
+    done = [r for r in table if "skipped" not in r]
+    if not done:
+        return {"rows": len(table), "predicted": 0}
+    errs = [abs(r["simulated_err_pct"]) for r in done]
+    eq7 = [abs(r["closed_form_err_pct"]) for r in done]
+    return {"rows": len(table), "predicted": len(done), "simulated_mape_pct": sum(errs) / len(errs),
+            "simulated_max_abs_err_pct": max(errs), "closed_form_mape_pct": sum(eq7) / len(eq7),
+            "closed_form_max_abs_err_pct": max(eq7), "skipped": len(table) - len(done)}
+
+
+def render(table: list[dict]) -> str:
+    lines = [f"{'layout':12} {'shape':14} {'measured s':>10} {'simulated':>10} {'err %':>7} {'Eq. 7':>9} "
+             f"{'err %':>7}"]
+    for r in table:
+        if "skipped" in r:
+            lines.append(f"{r['layout']:12} {r['shape']:14} {r['measured_s']:10.4f}   skipped: {r['skipped']}")
+            continue
+        lines.append(f"{r['layout']:12} {r['shape']:14} {r['measured_s']:10.4f} {r['simulated_s']:10.4f} "
+                     f"{r['simulated_err_pct']:+7.1f} {r['closed_form_s']:9.4f} {r['closed_form_err_pct']:+7.1f}")
+    s = summary(table)
+    if s["predicted"]:
+        lines.append(f"\n{s['predicted']} rows predicted: simulated MAPE {s['simulated_mape_pct']:.1f} % "
+                     f"(max {s['simulated_max_abs_err_pct']:.1f} %), Eq. 7 MAPE {s['closed_form_mape_pct']:.1f} % "
+                     f"(max {s['closed_form_max_abs_err_pct']:.1f} %)"
+                     + (f"; {s['skipped']} skipped" if s["skipped"] else ""))
+    else:
+        lines.append("\nno row could be predicted")
+    return "\n".join(lines)

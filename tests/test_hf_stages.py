@@ -1,0 +1,136 @@
+"""framework "hf" under PyTorch-native parallelism: plans, collectives, DDP buckets, memory (hand-computed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.operators import ConfigError, ModelSpec, OpKind, Parallelism, TrainingSpec, build_stage_plans
+from trainsim.operators.hf_stages import DDP_BUCKET_BYTES, hf_layer_tensors, hf_stage_layers
+from trainsim.operators.memory import memory_per_gpu
+from trainsim.operators.ops import Op, features, hf_params
+from trainsim.operators.stages import DPBuckets, GradSegment
+from trainsim.sim.costs import _ddp_buckets
+
+D, H, L, S, V = 256, 4, 4, 128, 50432
+MODEL = ModelSpec("tiny", hidden=D, heads=H, layers=L, seq_len=S, vocab=V)
+
+
+def _tr(b: int = 2, m: int = 3, **kw) -> TrainingSpec:
+    return TrainingSpec(micro_batch=b, micro_batches=m, precision="bf16", recompute="none", framework="hf",
+                        zero_stage=0, **kw)
+
+
+@pytest.mark.parametrize(("layers", "pp", "expected"), [(8, 2, (4, 4)), (10, 4, (2, 2, 3, 3)), (5, 5, (1,) * 5),
+                                                        (7, 1, (7,))])
+def test_stage_layers_equal_with_the_remainder_last(layers, pp, expected):
+    assert hf_stage_layers(layers, pp) == expected
+
+
+def test_more_stages_than_layers_is_refused():
+    with pytest.raises(ConfigError, match="parallelism.pp"):
+        hf_stage_layers(3, 4)
+
+
+def test_tensor_parallel_collectives_follow_the_dtensor_plan():
+    b = 2
+    (plan,) = build_stage_plans(MODEL, _tr(b), Parallelism(mp=2))
+    bld = b * S * D
+    # forward: 2 bf16 row-parallel outputs per layer, the fp32 embedding output, 3 fp32 loss reductions
+    assert plan.mp_colls_fwd == ((bld, 2 * L), (2 * bld, 1), (2 * b * S, 3))
+    # backward: fp32 gradients of the 2 column-parallel inputs per layer and of the LM head's input
+    assert plan.mp_colls_bwd == ((2 * bld, 2 * L + 1),)
+    sharded = {oc.op.kind: oc.op.mp for oc in plan.forward}
+    assert sharded[OpKind.HF_QKV] == sharded[OpKind.HF_MLP_DOWN] == sharded[OpKind.HF_LM_HEAD] == 2
+    assert sharded[OpKind.HF_LAYERNORM] == sharded[OpKind.HF_RESIDUAL] == 1
+
+
+def test_tensor_parallel_shards_the_parameters():
+    (one,) = build_stage_plans(MODEL, _tr(), Parallelism())
+    (two,) = build_stage_plans(MODEL, _tr(), Parallelism(mp=2))
+    d, f = D, 4 * D
+    whole_per_rank = L * (4 * d + d + d) + 2 * d  # norms, dense and MLP-down biases, final norm
+    assert one.params == hf_params(Op(OpKind.HF_OPTIMIZER, d=d, v=V, layers=L))
+    assert two.params == (one.params - whole_per_rank) // 2 + whole_per_rank
+    assert sum(hf_layer_tensors(d, f, 2)) == 4 * d + 3 * d * (d + 1) // 2 + d * d // 2 + d + f * (d + 1) // 2 \
+        + d * f // 2 + d
+
+
+def test_tensor_parallel_features_are_one_ranks_shard():
+    full = Op(OpKind.HF_MLP_UP, b=2, l=S, d=D, h=H)
+    half = Op(OpKind.HF_MLP_UP, b=2, l=S, d=D, h=H, mp=2)
+    assert features(half)[2] == features(full)[2] / 2 and features(half)[3] == features(full)[3] / 2
+    assert features(Op(OpKind.HF_DENSE, b=2, l=S, d=D, h=H, mp=4))[1] == D / 4
+
+
+def test_pipeline_stages_hold_their_own_parameters_and_send_fp32():
+    b = 2
+    first, last = build_stage_plans(MODEL, _tr(b), Parallelism(pp=2))
+    assert (first.encoders, last.encoders) == (2, 2)
+    kinds_first = {oc.op.kind for oc in first.forward}
+    kinds_last = {oc.op.kind for oc in last.forward}
+    assert OpKind.HF_EMBEDDING in kinds_first and OpKind.HF_LM_HEAD not in kinds_first
+    assert OpKind.HF_LM_HEAD in kinds_last and OpKind.HF_EMBEDDING not in kinds_last
+    assert first.p2p_entries == 2 * b * S * D  # the fp32 residual stream, in 2-byte entries
+    layer = sum(hf_layer_tensors(D, 4 * D, 1))
+    assert first.params == 2 * layer + V * D and last.params == 2 * layer + V * D + 2 * D
+    assert first.params + last.params == build_stage_plans(MODEL, _tr(b), Parallelism())[0].params
+    # m - 1 accumulations, plus the schedule's division of every gradient by m
+    assert first.grad_accum_count == 3
+
+
+def test_segments_cover_the_parameters_in_backward_order():
+    for par in (Parallelism(), Parallelism(mp=2), Parallelism(pp=2), Parallelism(dp=2)):
+        for plan in build_stage_plans(MODEL, _tr(), par):
+            assert sum(g.params for g in plan.grad_segments) == plan.params
+    (plan,) = build_stage_plans(MODEL, _tr(), Parallelism(dp=2))
+    kinds = [{oc.op.kind for oc in g.ops} for g in plan.grad_segments]
+    assert OpKind.HF_LM_HEAD in kinds[0] and OpKind.HF_EMBEDDING in kinds[-1]
+    assert plan.grad_accum_count == 3  # m - 1, plus DDP's bucket copies
+
+
+def test_ddp_buckets_close_at_their_cap_and_never_split_a_tensor():
+    caps = DPBuckets(first_entries=10, entries=25, entries_per_param=2)
+    segs = [GradSegment((3, 4), ()), GradSegment((20,), ()), GradSegment((2, 2, 2), ()), GradSegment((1,), ())]
+    # entries: 6, 8 -> 14 >= 10 closes bucket 0 in segment 0; 40 >= 25 closes bucket 1 alone (segment 1);
+    # 4 + 4 + 4 = 12, + 2 = 14 < 25: the rest is the last bucket, complete with segment 3
+    assert _ddp_buckets(segs, caps) == [(14, 0), (40, 1), (14, 3)]
+
+
+def test_ddp_default_caps():
+    (plan,) = build_stage_plans(MODEL, _tr(), Parallelism(dp=2))
+    assert plan.dp_buckets == DPBuckets(2**19, DDP_BUCKET_BYTES // 2, 2)
+
+
+def test_interleaved_schedule_is_refused_for_hf():
+    with pytest.raises(ConfigError, match="parallelism.schedule"):
+        build_stage_plans(MODEL, _tr(), Parallelism(pp=2, schedule="interleaved-1f1b", virtual_stages=2))
+
+
+def test_memory_shrinks_with_tensor_and_pipeline_parallelism_and_ddp_adds_its_buckets():
+    tr = _tr(b=4, m=4)
+
+    def mem(par):
+        return memory_per_gpu(MODEL, tr, par, build_stage_plans(MODEL, tr, par)).total
+
+    one = mem(Parallelism())
+    assert mem(Parallelism(mp=2)) < one and mem(Parallelism(pp=2)) < one
+    (plan,) = build_stage_plans(MODEL, tr, Parallelism(dp=2))
+    assert mem(Parallelism(dp=2)) == pytest.approx(one + 4.0 * plan.params)
+
+
+def test_ddp_buckets_are_all_reduced_while_the_last_backward_runs():
+    import trainsim
+
+    sc = trainsim.load_scenario("gptneox-h100", overrides={
+        "parallelism.dp": 2, "cluster.preset": "dgx-h100", "cluster.gpus_per_node": 2,
+        "profile.name": "roofline:h100-sxm", "simulation.mode": "realistic"})
+    res = trainsim.simulate(sc, record=True)
+    spans = res.result.spans
+    last_bwd_end = max(s.end_s for s in spans if s.cat == "backward")
+    buckets = sorted((s for s in spans if s.cat == "dp_allreduce" and s.name.startswith("all-reduce bucket")),
+                     key=lambda s: s.start_s)
+    assert len(buckets) > 3
+    assert buckets[0].start_s < last_bwd_end  # overlapped: DDP hooks fire as gradients are complete
+    assert buckets[-1].start_s >= last_bwd_end - 1e-12  # the embedding's bucket is last, after the backward
+    for a, b in zip(buckets, buckets[1:], strict=False):  # one stream: a bucket starts once the previous one ended
+        assert b.start_s >= a.end_s - 1e-12
