@@ -9,8 +9,12 @@ scikit-learn nor xgboost. The cache lives under ``cache_dir``, else
 seed or fitting-library versions differ from the current ones is refitted.
 
 Collectives are fitted per (kind, nodes, GPUs per node) on the single feature
-``entries``, as the reference does; a group without samples predicts NaN so the
-caller can fall back to a closed form and say so.
+``entries``; a group without samples predicts NaN so the caller can fall back to a
+closed form and say so. The reference profiles fit trees, as the reference does (the
+paper's reproduction depends on them); a sample directory whose group was measured at
+``collective_curve.MIN_SIZES`` or more distinct sizes gets a
+:class:`calibration.collective_curve.CollectiveCurve` instead, which interpolates between
+the measured sizes where a tree steps (``collective_model="auto"`` of :func:`fit_profile`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from trainsim.calibration.collective_curve import ALIGN_ENTRIES, CURVE_KIND, CURVE_VERSION, MIN_SIZES, LogLogCurve
 from trainsim.calibration.forest import TreeEnsemble
 from trainsim.calibration.roofline import RooflineProfile
 from trainsim.calibration.samples import (
@@ -48,7 +53,9 @@ from trainsim.operators.ops import FEATURE_NAMES, Collective, CollKind, Directio
 
 # 2: the tree arrays are one uncompressed, aligned file read through a memory map (format 1 was
 # a compressed npz: a warm `trainsim predict` spent 0.2 s decompressing and parsing headers)
-FORMAT_VERSION = 2
+# 3: an entry is either trees or a collective curve ("model" key); sample directories' collective
+# groups are fitted as curves, so a format-2 cache of one would silently keep its trees
+FORMAT_VERSION = 3
 MANIFEST_FILE = "manifest.json"
 ARRAYS_FILE = "regressors.bin"
 _ALIGN = 64
@@ -64,12 +71,19 @@ Progress = Callable[[int], None] | None
 
 
 class ExtrapolationWarning(UserWarning):
-    """An asked shape lies outside the range the regressor was fitted on; trees predict the edge value."""
+    """An asked shape lies outside the range the regressor was fitted on.
+
+    Trees predict the edge value; a collective curve holds its smallest size's time below the
+    range and scales with size at its largest size's bandwidth above it."""
+
+
+#: what a regressor's predictor can be: flattened trees or a collective curve (both numpy only)
+Predictor = TreeEnsemble | LogLogCurve
 
 
 @dataclass(frozen=True, eq=False)
 class Regressor:
-    ensemble: TreeEnsemble
+    ensemble: Predictor
     feature_min: np.ndarray
     feature_max: np.ndarray
     summary: dict  # kind, params, validation_mape (percent or None), candidate_mape, n
@@ -142,9 +156,14 @@ class FittedProfile:
                 self._warned.add((key, j))
                 vals = col[bad]
                 worst = vals[np.argmax(np.maximum(lo - vals, vals - hi))]
+                if isinstance(reg.ensemble, LogLogCurve):
+                    how = ("the curve holds the smallest sampled size's time (latency floor)" if worst < lo else
+                           "the curve scales the largest sampled size's time with size (its bus bandwidth)")
+                else:
+                    how = "the trees predict the value at the edge of that range"
                 warnings.warn(ExtrapolationWarning(
                     f"profile '{self.name}': {label} feature {fname} = {worst:g} is outside the sampled range "
-                    f"[{lo:g}, {hi:g}]; the trees predict the value at the edge of that range"), stacklevel=3)
+                    f"[{lo:g}, {hi:g}]; {how}"), stacklevel=3)
         us = reg.ensemble.predict(X)
         if not (np.isfinite(us).all() and (us >= 0).all()):
             raise ConfigError("profile", f"profile '{self.name}' predicted an invalid duration for {label}: "
@@ -221,7 +240,9 @@ class FittedProfile:
                     blob.write(b"\0" * (-blob.tell() % _ALIGN))
                     specs[name] = [blob.tell(), arr.dtype.str, list(arr.shape)]
                     blob.write(arr.tobytes())
-                entries.append({"key": key, "index": i, **reg.summary, "ensemble": meta, "arrays": specs,
+                model = CURVE_KIND if isinstance(reg.ensemble, LogLogCurve) else "trees"
+                entries.append({"key": key, "index": i, "model": model, **reg.summary, "ensemble": meta,
+                                "arrays": specs,
                                 "feature_min": reg.feature_min.tolist(), "feature_max": reg.feature_max.tolist()})
         manifest = {**self.manifest, "name": self.name, "format": FORMAT_VERSION, "regressors": entries}
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
@@ -272,7 +293,8 @@ class _LazyRegressors(Mapping[str, Regressor]):
             arrays = {name: np.frombuffer(self._map, dtype=np.dtype(dt), count=math.prod(shape),
                                           offset=off).reshape(shape)
                       for name, (off, dt, shape) in e["arrays"].items()}
-            ens = TreeEnsemble(**arrays, **e["ensemble"])
+            ens: Predictor = (LogLogCurve.from_arrays(arrays) if e.get("model") == CURVE_KIND
+                              else TreeEnsemble(**arrays, **e["ensemble"]))
             summary = {k: e[k] for k in ("kind", "params", "validation_mape", "candidate_mape", "n")}
             reg = self._loaded[key] = Regressor(ens, np.asarray(e["feature_min"], dtype=np.float64),
                                                 np.asarray(e["feature_max"], dtype=np.float64), summary)
@@ -307,10 +329,33 @@ def _fit_one(X: np.ndarray, y: np.ndarray, random_state: int, candidates) -> Reg
     return Regressor(r.to_ensemble(), r.feature_min_.copy(), r.feature_max_.copy(), summary)
 
 
+def _fit_curve(kind: CollKind, X: np.ndarray, y: np.ndarray) -> Regressor:
+    from trainsim.calibration.collective_curve import CollectiveCurve
+
+    # all-gather / reduce-scatter shards off a 16-byte multiple are a slower NCCL regime that
+    # padded framework buffers avoid (collective_curve's module doc); all-reduce and P2P showed
+    # no such split, so every measured size is a knot for them
+    align = ALIGN_ENTRIES if kind in (CollKind.ALL_GATHER, CollKind.REDUCE_SCATTER) else None
+    c = CollectiveCurve(align_entries=align).fit(X, y)
+    summary = {"kind": CURVE_KIND, "params": c.summary_params(), "validation_mape": _finite_or_none(c.validation_mape_),
+               "candidate_mape": [], "n": int(c.n_samples_)}
+    return Regressor(c.curve_, c.feature_min_.copy(), c.feature_max_.copy(), summary)
+
+
+def _coll_kind(key: str) -> CollKind | None:
+    return CollKind(key.split(":")[1]) if key.startswith("coll:") else None
+
+
 def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_rows: Sequence[CollectiveSample],
                 random_state: int = 0, *, progress: Progress = None, n_jobs: int = 2, candidates=None,
-                manifest: dict | None = None, on_total: Progress = None) -> FittedProfile:
+                manifest: dict | None = None, on_total: Progress = None,
+                collective_model: str = "tree") -> FittedProfile:
     """Fit one regressor per (operator, direction) and per (collective, nodes, GPUs per node).
+
+    ``collective_model``: ``"tree"`` fits every collective group with the operators' tree
+    selection (the reference's method); ``"auto"`` fits a group measured at
+    ``collective_curve.MIN_SIZES`` or more distinct sizes as a collective curve, and the others
+    as trees.
 
     ``on_total(n)`` is called once with the number of regressors, then ``progress(1)`` as each is fitted.
 
@@ -318,6 +363,8 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
     (regressors are fitted on that many threads; the libraries release the GIL).
     """
     global fit_calls
+    if collective_model not in ("tree", "auto"):
+        raise ValueError(f"collective_model must be 'tree' or 'auto', got {collective_model!r}")
     fit_calls += 1
     data: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
     for s in compute_rows:
@@ -336,7 +383,11 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
 
     def job(key: str) -> Regressor:
         xs, ys = data[key]
-        return _fit_one(np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64), random_state, candidates)
+        X, y = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+        kind = _coll_kind(key)
+        if kind is not None and collective_model == "auto" and np.unique(X[:, 0]).size >= MIN_SIZES:
+            return _fit_curve(kind, X, y)
+        return _fit_one(X, y, random_state, candidates)
 
     t0 = time.perf_counter()
     regs: dict[str, Regressor] = {}
@@ -354,6 +405,7 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
             if progress:
                 progress(1)
     meta = {"random_state": random_state, "versions": library_versions(), "features": features_fingerprint(),
+            "collective_model": _collective_tag(collective_model),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "fit_seconds": round(time.perf_counter() - t0, 3),
             **(manifest or {})}
     return FittedProfile(name, regs, meta)
@@ -386,21 +438,27 @@ def features_fingerprint() -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _cache_valid(path: Path, hash_: str, random_state: int) -> bool:
+def _collective_tag(collective_model: str) -> str:
+    """Recorded in the manifest: a cache fitted under another collective policy or curve version is refitted."""
+    return f"auto-curve{CURVE_VERSION}" if collective_model == "auto" else collective_model
+
+
+def _cache_valid(path: Path, hash_: str, random_state: int, collective_model: str = "tree") -> bool:
     try:
         m = json.loads((path / MANIFEST_FILE).read_text())
     except (OSError, json.JSONDecodeError):
         return False
     return (m.get("format") == FORMAT_VERSION and m.get("data_hash") == hash_
             and m.get("random_state") == random_state and m.get("versions") == library_versions()
-            and m.get("features") == features_fingerprint() and (path / ARRAYS_FILE).exists())
+            and m.get("features") == features_fingerprint()
+            and m.get("collective_model") == _collective_tag(collective_model) and (path / ARRAYS_FILE).exists())
 
 
 def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress: Progress,
-                random_state: int, on_total: Progress = None) -> FittedProfile:
+                random_state: int, on_total: Progress = None, collective_model: str = "tree") -> FittedProfile:
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[-60:]
     path = cache_root(cache_dir) / f"{slug}-{hash_[:12]}"
-    if _cache_valid(path, hash_, random_state):
+    if _cache_valid(path, hash_, random_state, collective_model):
         try:
             return FittedProfile.load(path)
         except (ConfigError, OSError, KeyError, ValueError) as e:
@@ -411,7 +469,8 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
     quirks = find_quirks(list(compute), list(colls), name)
     warn_quirks(quirks)
     prof = fit_profile(name, compute, colls, random_state, progress=progress, on_total=on_total,
-                       manifest={"data_hash": hash_, "source": source, "quirks": quirks})
+                       manifest={"data_hash": hash_, "source": source, "quirks": quirks},
+                       collective_model=collective_model)
     try:
         prof.save(path)
     except OSError as e:
@@ -467,7 +526,9 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
             samples = load_sample_dir(path)
             return samples.compute, samples.collectives
 
+        # measured tables (collectives_bench: many sizes per group) interpolate as curves; the
+        # reference profiles above keep the reference's trees, which the paper cases depend on
         return _fit_cached(name, data_hash(files, path), str(path.resolve()), loader, cache_dir, progress,
-                           random_state, on_total)
+                           random_state, on_total, collective_model="auto")
     known = ["reference:Perlmutter", "reference:Vista", "roofline:<gpu>", *shipped_profiles()]
     raise ConfigError("profile", f"unknown profile '{name}'; known: {', '.join(known)}, or a sample directory")

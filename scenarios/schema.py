@@ -353,8 +353,9 @@ def scenario_from_mapping(data: Mapping[str, Any], name: str = "scenario") -> Sc
         raise ConfigError("parallelism", f"pp*mp*dp = {par.gpus} GPUs is not a multiple of "
                           f"cluster.gpus_per_node = {cluster.gpus_per_node}")
     if cluster.max_nodes is not None and par.gpus // cluster.gpus_per_node > cluster.max_nodes:
-        raise ConfigError("parallelism", f"{par.gpus} GPUs need {par.gpus // cluster.gpus_per_node} nodes; "
-                          f"cluster {cluster.name} has {cluster.max_nodes}")
+        raise ConfigError("parallelism", f"pp*mp*dp = {par.gpus} GPUs need {par.gpus // cluster.gpus_per_node} "
+                          f"nodes of cluster.gpus_per_node = {cluster.gpus_per_node}; cluster.max_nodes = "
+                          f"{cluster.max_nodes} ({cluster.max_nodes * cluster.gpus_per_node} GPUs)")
     profile = _build(ProfileSpec, "profile", _section(data, "profile"))
     simulation = _build(SimulationSpec, "simulation", _section(data, "simulation"))
     _check_jitter(simulation.jitter)

@@ -101,6 +101,15 @@ CLUSTER_PRESETS: dict[str, ClusterSpec] = {
     # 8 ConnectX-6 NICs at 200 Gb/s HDR for the compute fabric.
     "dgx-a100": ClusterSpec("dgx-a100", GPU_PRESETS["a100-sxm4-80gb"], gpus_per_node=8, max_nodes=None,
                             nvlink_bw=300e9, nic_bw=200 * _GBIT, nics_per_node=8),
+    # NVIDIA HGX H100 / HGX H200 8-GPU baseboards (NVIDIA HGX AI supercomputing platform datasheet):
+    # 8 SXM GPUs, NVLink 4 through NVSwitch at 900 GB/s bidirectional per GPU (450 GB/s each way);
+    # the server builds on them carry one 400 Gb/s NDR NIC (ConnectX-7) per GPU, 8 per node, for
+    # the compute fabric (the reference design's 1:1 GPU-NIC rails). The same figures as the DGX
+    # presets: an HGX system is a DGX-class node from another vendor.
+    "hgx-h100": ClusterSpec("hgx-h100", GPU_PRESETS["h100-sxm"], gpus_per_node=8, max_nodes=None,
+                            nvlink_bw=450e9, nic_bw=400 * _GBIT, nics_per_node=8),
+    "hgx-h200": ClusterSpec("hgx-h200", GPU_PRESETS["h200"], gpus_per_node=8, max_nodes=None,
+                            nvlink_bw=450e9, nic_bw=400 * _GBIT, nics_per_node=8),
     # One H100 SXM on its own: for single-GPU runs (a 1-GPU job on a DGX preset is rejected
     # because the layout would not fill a node).
     "h100-sxm": ClusterSpec("h100-sxm", GPU_PRESETS["h100-sxm"], gpus_per_node=1, max_nodes=None,
@@ -132,7 +141,8 @@ def cluster_from_mapping(d: Mapping[str, object]) -> ClusterSpec:
 
     Keys (units are in the names)::
 
-        preset            a name from CLUSTER_PRESETS; other keys override its values
+        preset            a name from CLUSTER_PRESETS; other keys override its values (overriding
+                          gpus_per_node alone scales nics_per_node with it: NICs per GPU stay)
         name              free text (defaults to the preset's name, or "custom")
         gpu               a name from GPU_PRESETS
         gpus_per_node     int
@@ -172,6 +182,8 @@ def cluster_from_mapping(d: Mapping[str, object]) -> ClusterSpec:
 
     if "preset" in d:
         base = get_cluster(d["preset"])  # type: ignore[arg-type]
+        if "gpus_per_node" in values and "nics_per_node" not in values:
+            values["nics_per_node"] = _nics_following(base, values["gpus_per_node"])  # type: ignore[arg-type]
         return _renamed_errors(lambda: replace(base, **values))  # type: ignore[arg-type]
 
     required = ["gpu", "gpus_per_node", "nic_gbps", "nics_per_node"]
@@ -184,6 +196,27 @@ def cluster_from_mapping(d: Mapping[str, object]) -> ClusterSpec:
     values.setdefault("max_nodes", None)
     values.setdefault("nvlink_bw", 0.0)
     return _renamed_errors(lambda: ClusterSpec(**values))  # type: ignore[arg-type]
+
+
+def _nics_following(base: ClusterSpec, gpus_per_node: int) -> int:
+    """NICs per node when a preset's ``gpus_per_node`` is overridden and ``nics_per_node`` is not.
+
+    A node keeps the preset's NICs *per GPU*: every preset here wires its NICs as rails, one per
+    GPU (DGX/HGX, Perlmutter) or one per node of one GPU (Vista, h100-sxm), so a 2-GPU node of
+    ``dgx-h100`` has 2 NICs, and a GPU's NIC share (``nic_bw_per_gpu``) stays the preset's. Keeping
+    the preset's NIC count instead would give each of the 2 GPUs 4 NICs, 4x the network bandwidth
+    of the machine it describes. A ratio that gives no whole number of NICs is refused rather
+    than rounded: the user says how many.
+    """
+    if gpus_per_node < 1:  # ClusterSpec reports it under its own field
+        return base.nics_per_node
+    nics, rest = divmod(base.nics_per_node * gpus_per_node, base.gpus_per_node)
+    if rest or nics < 1:
+        raise ConfigError("cluster.nics_per_node",
+                          f"preset {base.name!r} has {base.nics_per_node} NICs for {base.gpus_per_node} GPUs; "
+                          f"with cluster.gpus_per_node = {gpus_per_node} that is not a whole number of NICs: "
+                          f"give cluster.nics_per_node")
+    return nics
 
 
 def _renamed_errors(build: Callable[[], ClusterSpec]) -> ClusterSpec:
