@@ -95,7 +95,7 @@ def scenario_mapping(kind: str, row: dict[str, str], profile: str, cluster: str)
         "training": {"micro_batch": int(row["micro_batch"]), "micro_batches": int(row["micro_batches"]),
                      "precision": "bf16", "recompute": "none", "zero_stage": 0, "framework": "hf"},
         "parallelism": {"pp": int(row["pp"]), "mp": int(row["tp"]), "dp": int(row["dp"]),
-                        "schedule": row.get("schedule") or "1f1b"},
+                        "schedule": row["schedule"] if row.get("schedule") in ("1f1b", "gpipe") else "1f1b"},
         "cluster": {"preset": cluster, "gpus_per_node": gpus},
         "profile": {"name": profile},
         "simulation": {"mode": "realistic", "seed": 0},
