@@ -17,6 +17,8 @@ Split semantics are normalised at conversion time to "go left iff
 Leaves carry their value; a forest's prediction is the mean of its trees, a boosted
 ensemble's is ``base_score`` plus the sum of its trees, accumulated in float32 in
 tree order as xgboost does (so the two agree to float32 rounding, not just roughly).
+An ensemble fitted on log durations (``log_target``, the monotone fits of
+:mod:`calibration.select`) returns the exponential of that.
 Missing values are not supported: the caller rejects NaN inputs.
 
 This module must not import sklearn/xgboost at module level.
@@ -48,6 +50,7 @@ class TreeEnsemble:
     base: float = 0.0
     depth: int = 0  # the deepest root-to-leaf path, in edges
     n_features: int = 0
+    log_target: bool = False  # fitted on log(duration): predict exp(ensemble)
 
     @property
     def n_trees(self) -> int:
@@ -75,18 +78,23 @@ class TreeEnsemble:
             node = np.where(go_left, self.left[node], self.right[node])
         leaves = self.value[node]  # (n, trees) float32
         if self.kind == "rforest":
-            return leaves.astype(np.float64).sum(axis=1) / self.n_trees
-        acc = np.full(n, self.base, dtype=np.float32)
-        for t in range(self.n_trees):  # xgboost's order and precision
-            acc += leaves[:, t]
-        return acc.astype(np.float64)
+            out = leaves.astype(np.float64).sum(axis=1) / self.n_trees
+        else:
+            acc = np.full(n, self.base, dtype=np.float32)
+            for t in range(self.n_trees):  # xgboost's order and precision
+                acc += leaves[:, t]
+            out = acc.astype(np.float64)
+        # exp is increasing, so a monotone ensemble stays monotone (and its durations positive)
+        return np.exp(out) if self.log_target else out
 
     # ------------------------------------------------------------------ persistence
 
     def to_arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
         out = {prefix + k: getattr(self, k) for k in _ARRAYS}
-        out[prefix + "meta"] = np.array(json.dumps({"kind": self.kind, "base": self.base, "depth": self.depth,
-                                                    "n_features": self.n_features}))
+        meta = {"kind": self.kind, "base": self.base, "depth": self.depth, "n_features": self.n_features}
+        if self.log_target:  # only when set: a linear ensemble's meta (and cache) stays as before
+            meta["log_target"] = True
+        out[prefix + "meta"] = np.array(json.dumps(meta))
         return out
 
     @classmethod

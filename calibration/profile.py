@@ -143,6 +143,8 @@ class FittedProfile:
             regressors if isinstance(regressors, _LazyRegressors) else dict(regressors))
         self.manifest = dict(manifest or {})
         self._warned: set[tuple] = set()
+        # per PyTorch runtime, its host (CPU) cost (calibration.host_overhead); None: not measured
+        self.host_overhead: dict[str, dict] | None = None
 
     # ------------------------------------------------------------------ prediction
 
@@ -320,10 +322,13 @@ def _finite_or_none(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
-def _fit_one(X: np.ndarray, y: np.ndarray, random_state: int, candidates) -> Regressor:
+def _fit_one(X: np.ndarray, y: np.ndarray, random_state: int, candidates,
+             monotonic_cst: Sequence[int] | None = None) -> Regressor:
     from trainsim.calibration.select import OperatorRegressor
 
-    r = OperatorRegressor(candidates=candidates, random_state=random_state).fit(X, y)
+    # a constrained fit is on log durations (select's module doc: raw ones fit badly under constraints)
+    r = OperatorRegressor(candidates=candidates, random_state=random_state, monotonic_cst=monotonic_cst,
+                          log_target=monotonic_cst is not None).fit(X, y)
     summary = {"kind": r.best_kind_, "params": r.best_params_, "validation_mape": _finite_or_none(r.validation_mape_),
                "candidate_mape": [_finite_or_none(s) for s in r.candidate_mape_], "n": int(r.n_samples_)}
     return Regressor(r.to_ensemble(), r.feature_min_.copy(), r.feature_max_.copy(), summary)
@@ -349,13 +354,17 @@ def _coll_kind(key: str) -> CollKind | None:
 def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_rows: Sequence[CollectiveSample],
                 random_state: int = 0, *, progress: Progress = None, n_jobs: int = 2, candidates=None,
                 manifest: dict | None = None, on_total: Progress = None,
-                collective_model: str = "tree") -> FittedProfile:
+                collective_model: str = "tree", monotone: bool = False) -> FittedProfile:
     """Fit one regressor per (operator, direction) and per (collective, nodes, GPUs per node).
 
     ``collective_model``: ``"tree"`` fits every collective group with the operators' tree
     selection (the reference's method); ``"auto"`` fits a group measured at
     ``collective_curve.MIN_SIZES`` or more distinct sizes as a collective curve, and the others
     as trees.
+
+    ``monotone``: fit every tree regressor under the monotone constraints of its feature names
+    (``select.monotone_constraints``: more work is never faster); the reference profiles keep
+    the default, unconstrained trees, which reproduce the paper.
 
     ``on_total(n)`` is called once with the number of regressors, then ``progress(1)`` as each is fitted.
 
@@ -387,7 +396,13 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
         kind = _coll_kind(key)
         if kind is not None and collective_model == "auto" and np.unique(X[:, 0]).size >= MIN_SIZES:
             return _fit_curve(kind, X, y)
-        return _fit_one(X, y, random_state, candidates)
+        cst = None
+        if monotone:
+            from trainsim.calibration.select import monotone_constraints
+
+            names = COLLECTIVE_FEATURES if kind is not None else FEATURE_NAMES[OpKind(key.split(":")[1])]
+            cst = monotone_constraints(names)
+        return _fit_one(X, y, random_state, candidates, cst)
 
     t0 = time.perf_counter()
     regs: dict[str, Regressor] = {}
@@ -405,7 +420,7 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
             if progress:
                 progress(1)
     meta = {"random_state": random_state, "versions": library_versions(), "features": features_fingerprint(),
-            "collective_model": _collective_tag(collective_model),
+            "collective_model": _collective_tag(collective_model), "monotone": monotone,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "fit_seconds": round(time.perf_counter() - t0, 3),
             **(manifest or {})}
     return FittedProfile(name, regs, meta)
@@ -443,7 +458,8 @@ def _collective_tag(collective_model: str) -> str:
     return f"auto-curve{CURVE_VERSION}" if collective_model == "auto" else collective_model
 
 
-def _cache_valid(path: Path, hash_: str, random_state: int, collective_model: str = "tree") -> bool:
+def _cache_valid(path: Path, hash_: str, random_state: int, collective_model: str = "tree",
+                 monotone: bool = False) -> bool:
     try:
         m = json.loads((path / MANIFEST_FILE).read_text())
     except (OSError, json.JSONDecodeError):
@@ -451,14 +467,18 @@ def _cache_valid(path: Path, hash_: str, random_state: int, collective_model: st
     return (m.get("format") == FORMAT_VERSION and m.get("data_hash") == hash_
             and m.get("random_state") == random_state and m.get("versions") == library_versions()
             and m.get("features") == features_fingerprint()
-            and m.get("collective_model") == _collective_tag(collective_model) and (path / ARRAYS_FILE).exists())
+            and m.get("collective_model") == _collective_tag(collective_model)
+            # a manifest from before the flag was unconstrained: still valid for a reference
+            # profile, refitted for a sample directory
+            and m.get("monotone", False) == monotone and (path / ARRAYS_FILE).exists())
 
 
 def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress: Progress,
-                random_state: int, on_total: Progress = None, collective_model: str = "tree") -> FittedProfile:
+                random_state: int, on_total: Progress = None, collective_model: str = "tree",
+                monotone: bool = False) -> FittedProfile:
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[-60:]
     path = cache_root(cache_dir) / f"{slug}-{hash_[:12]}"
-    if _cache_valid(path, hash_, random_state, collective_model):
+    if _cache_valid(path, hash_, random_state, collective_model, monotone):
         try:
             return FittedProfile.load(path)
         except (ConfigError, OSError, KeyError, ValueError) as e:
@@ -470,7 +490,7 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
     warn_quirks(quirks)
     prof = fit_profile(name, compute, colls, random_state, progress=progress, on_total=on_total,
                        manifest={"data_hash": hash_, "source": source, "quirks": quirks},
-                       collective_model=collective_model)
+                       collective_model=collective_model, monotone=monotone)
     try:
         prof.save(path)
     except OSError as e:
@@ -526,9 +546,15 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
             samples = load_sample_dir(path)
             return samples.compute, samples.collectives
 
-        # measured tables (collectives_bench: many sizes per group) interpolate as curves; the
-        # reference profiles above keep the reference's trees, which the paper cases depend on
-        return _fit_cached(name, data_hash(files, path), str(path.resolve()), loader, cache_dir, progress,
-                           random_state, on_total, collective_model="auto")
+        # measured tables (collectives_bench: many sizes per group) interpolate as curves, and
+        # their trees are monotone in the work; the reference profiles above keep the
+        # reference's unconstrained trees, which the paper cases depend on
+        prof = _fit_cached(name, data_hash(files, path), str(path.resolve()), loader, cache_dir, progress,
+                           random_state, on_total, collective_model="auto", monotone=True)
+        from trainsim.calibration.host_overhead import HOST_FILE, load_host_overhead
+
+        if (path / HOST_FILE).is_file():  # the runtimes' host cost on the machine the samples came from
+            prof.host_overhead = load_host_overhead(path / HOST_FILE)
+        return prof
     known = ["reference:Perlmutter", "reference:Vista", "roofline:<gpu>", *shipped_profiles()]
     raise ConfigError("profile", f"unknown profile '{name}'; known: {', '.join(known)}, or a sample directory")

@@ -22,7 +22,13 @@ run, stage by stage and rank by rank:
   divides every gradient by m (``scale_grads``);
 * ``dp`` > 1 = DDP: fp32 gradients in 25 MiB buckets (the first 1 MiB) in reverse parameter
   order, all-reduced while the last micro-batch's backward runs (``no_sync`` before it); DDP
-  copies the gradients into its buckets and back.
+  copies the gradients into its buckets and back;
+* ``dp`` > 1 with ``training.zero_stage: 3`` = FSDP2 (``fully_shard`` on every layer and on the
+  root, default policy: fp32 all-gathers and reduce-scatters, ``reshard_after_forward``, no sync
+  suppression between micro-batches, as torchtitan trains): each rank keeps 1/dp of every
+  parameter, gradient and optimizer state; per micro-batch every unit is all-gathered for its
+  forward and again for its backward and its gradients reduce-scattered (sim.costs prices how
+  much of that the prefetching hides).
 
 Two memory-bound passes over the gradients (the pipelining schedule's division by m, DDP's bucket
 copies) are priced as one fp32 gradient accumulation each (``hf_grad_accum``, 12 bytes per
@@ -35,7 +41,7 @@ from trainsim.operators.errors import ConfigError
 from trainsim.operators.ops import Op, OpKind
 from trainsim.operators.partition import padded_vocab, stage_role
 from trainsim.operators.spec import ModelSpec, Parallelism, Recompute, Schedule, TrainingSpec
-from trainsim.operators.stages import DPBuckets, GradSegment, StagePlan, counted, merge
+from trainsim.operators.stages import DPBuckets, FSDPUnits, GradSegment, StagePlan, counted, merge
 
 MIB = 2**20
 DDP_FIRST_BUCKET_BYTES = 1 * MIB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
@@ -104,6 +110,8 @@ def build_hf_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism) -
     full = training.recompute is Recompute.FULL
     layer_params = sum(hf_layer_tensors(d, f, mp))
     vocab_params = v * d // mp
+    fsdp = training.zero_stage == 3 and par.dp > 1
+    shard = par.dp if fsdp else 1
     bld = b * l * d
     plans = []
     for s, n in enumerate(counts):
@@ -135,7 +143,10 @@ def build_hf_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism) -
         # both vocabulary matrices): a stage holding one or none gets half the rows or one row, which
         # is exact to within d * (1 + 2 / mp) parameters.
         v_eff = max(1, v * vocab_mats // 2)
-        update = dict(d=d, v=v_eff, f=_ffn_field(model), layers=n, mp=mp)
+        # FSDP: the optimizer and the accumulation run on this rank's 1/dp shard of every tensor,
+        # priced as the tensor-parallel shard of mp * dp ranks (norms are the only tensors TP keeps
+        # whole: d per layer, a 1e-4 share of a layer's parameters at d = 1024)
+        update = dict(d=d, v=v_eff, f=_ffn_field(model), layers=n, mp=mp * shard)
 
         segments: list[GradSegment] = []
         if role.has_head:
@@ -145,7 +156,12 @@ def build_hf_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism) -
         if role.has_embedding:
             segments.append(GradSegment((vocab_params,), tuple(counted(head, 1))))
 
-        extra_passes = (1 if par.pp > 1 else 0) + (1 if par.dp > 1 else 0)
+        extra_passes = (1 if par.pp > 1 else 0) + (1 if par.dp > 1 and not fsdp else 0)
+        units = None
+        if fsdp:  # fp32 parameters and gradients: 2 entries per parameter, 1/dp of each per rank
+            root = vocab_mats * vocab_params + (2 * d if role.has_head else 0)
+            units = FSDPUnits(layers=n, layer_shard=FP32_ENTRIES * layer_params // par.dp,
+                              root_shard=FP32_ENTRIES * root // par.dp, ranks=par.dp)
         plans.append(StagePlan(
             index=s, role=role, encoders=n, forward=forward, backward=forward, recompute=recompute,
             mp_allreduces_fwd=sum(c for _, c in mp_fwd), mp_allreduces_bwd=sum(c for _, c in mp_bwd),
@@ -157,7 +173,9 @@ def build_hf_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism) -
             grad_accum_count=m - 1 + extra_passes,
             mp_colls_fwd=tuple(mp_fwd), mp_colls_bwd=tuple(mp_bwd),
             grad_segments=tuple(segments),
-            dp_buckets=DPBuckets(DDP_FIRST_BUCKET_BYTES // 2, DDP_BUCKET_BYTES // 2, FP32_ENTRIES),
+            dp_buckets=None if fsdp else DPBuckets(DDP_FIRST_BUCKET_BYTES // 2, DDP_BUCKET_BYTES // 2, FP32_ENTRIES),
+            fsdp=units,
+            runtime=("fsdp2_tp" if mp > 1 else "fsdp2") if fsdp else ("dtensor_tp" if mp > 1 else "eager"),
         ))
     return tuple(plans)
 

@@ -25,7 +25,9 @@ sharded parameters and the activations of the sharded operators by ``mp`` (the f
 residual input and the bf16 inputs of the two column-parallel linears, 8 of the 39 bytes,
 stay whole); a pipeline stage holds its own layers, and under 1F1B stage ``s`` keeps
 ``min(pp - s, m)`` micro-batches in flight (GPipe: all m); DDP keeps a second fp32 copy of
-the gradients in its buckets (``gradient_as_bucket_view=False``, the default).
+the gradients in its buckets (``gradient_as_bucket_view=False``, the default); FSDP2 keeps
+1/dp of the weights, gradients and optimizer states plus the unsharded fp32 parameters of the
+layer computing, the one prefetched and the root, and one layer's unsharded gradients.
 """
 
 from __future__ import annotations
@@ -104,6 +106,14 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
         acts = kept + max(logits, layer + HF_LAYER_GRAD_BYTES * u)
     else:
         acts = in_flight * n * layer + logits
+    if plan.fsdp is not None:  # FSDP2: 1/dp of everything, plus what is unsharded at a time
+        units = plan.fsdp
+        layer_b, root_b = units.layer_shard * units.ranks * 2.0, units.root_shard * units.ranks * 2.0  # fp32 bytes
+        live = 2 * layer_b + root_b  # the layer computing, the one prefetched, the root (not resharded)
+        return MemoryEstimate(weights=4.0 * params / units.ranks + live
+                              + 2.0 * _linear_params(model, min(2, n), v, mp, plan.role.has_head),
+                              grads=4.0 * params / units.ranks + layer_b, optimizer=8.0 * params / units.ranks,
+                              activations=acts, stage=plan.index)
     grads = 4.0 * params * (2 if par.dp > 1 else 1)
     return MemoryEstimate(weights=4.0 * params + 2.0 * _linear_params(model, n, v, mp, plan.role.has_head),
                           grads=grads, optimizer=8.0 * params, activations=acts, stage=plan.index,

@@ -147,11 +147,14 @@ class TrainingSpec:
         _bounded("training.micro_batches", self.micro_batches, MAX_MICRO_BATCHES)
         _bounded("training.dp_bucket", self.dp_bucket, MAX_DP_BUCKET)
         require_int("training.zero_stage", self.zero_stage, minimum=0)
-        if self.zero_stage not in (0, 1):
-            raise ConfigError("training.zero_stage", f"supported ZeRO stages are 0 and 1, got {self.zero_stage!r}")
+        if self.zero_stage not in (0, 1, 3):
+            raise ConfigError("training.zero_stage", f"supported ZeRO stages are 0, 1 and 3, got {self.zero_stage!r}")
         object.__setattr__(self, "precision", parse_enum(Precision, "training.precision", self.precision))
         object.__setattr__(self, "recompute", parse_enum(Recompute, "training.recompute", self.recompute))
         object.__setattr__(self, "framework", parse_enum(Framework, "training.framework", self.framework))
+        if self.zero_stage == 3 and self.framework is not Framework.HF:
+            raise ConfigError("training.zero_stage", "ZeRO stage 3 is modelled as PyTorch FSDP2 (framework: hf); "
+                                                     "Megatron's distributed optimizer is stage 1")
 
 
 @dataclass(frozen=True)

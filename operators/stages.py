@@ -56,6 +56,17 @@ class DPBuckets:
     entries_per_param: int  # 2: fp32 gradients
 
 
+@dataclass(frozen=True, slots=True)
+class FSDPUnits:
+    """A stage's FSDP2 units: one per layer (``layers`` of ``layer_shard`` entries per rank) and the
+    root (embedding, final norm and LM head: ``root_shard`` entries per rank), over ``ranks`` GPUs."""
+
+    layers: int
+    layer_shard: int
+    root_shard: int
+    ranks: int
+
+
 @dataclass(frozen=True)
 class StagePlan:
     """What one MP rank of pipeline stage ``index`` does per micro-batch, and per update."""
@@ -85,6 +96,14 @@ class StagePlan:
     # ready as it runs (PyTorch DDP): empty means equal buckets ready at equal fractions.
     grad_segments: tuple[GradSegment, ...] = ()
     dp_buckets: DPBuckets | None = None
+    # FSDP2 (framework "hf", zero_stage 3): per micro-batch, every FSDP unit's parameters are
+    # all-gathered before its forward and again before its backward, and its gradients
+    # reduce-scattered after it; (units, layer shard entries, root shard entries) in 2-byte entries
+    # per rank. None: not sharded.
+    fsdp: FSDPUnits | None = None
+    # The PyTorch runtime whose host (CPU) cost the profile may know (calibration.host_overhead):
+    # "eager", "dtensor_tp", ...; None: not modelled (Megatron's kernels are priced alone).
+    runtime: str | None = None
 
     def distinct_ops(self) -> set[Op]:
         return {oc.op for oc in (*self.forward, *self.backward, *self.recompute)}

@@ -64,8 +64,6 @@ def read_table(path: str | os.PathLike) -> tuple[str, list[dict[str, str]]]:
                 raise ValueError("min_s")
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{p}:{i}", f"column {e.args[0] if e.args else '?'}: not a positive number") from None
-        if kind == "hf" and int(row.get("fsdp") or 0) > 1:
-            row["_skip"] = "FSDP is not modelled yet"
     return kind, rows
 
 
@@ -84,7 +82,9 @@ def scenario_mapping(kind: str, row: dict[str, str], profile: str, cluster: str)
 
         gpus = int(row["pp"]) * int(row["mp"]) * int(row["dp"])
         return m3d(row, profile, host_gpus=gpus, cluster=cluster)
-    gpus = int(row["pp"]) * int(row["tp"]) * int(row["dp"])
+    fsdp = int(row.get("fsdp") or 1)
+    dp = int(row["dp"]) * fsdp  # FSDP2 is data parallelism with ZeRO stage 3
+    gpus = int(row["pp"]) * int(row["tp"]) * dp
     return {
         "name": f"measured-{row['layout']}-{row.get('name', '')}",
         "description": "validation/train_hf_parallel.py row",
@@ -93,8 +93,9 @@ def scenario_mapping(kind: str, row: dict[str, str], profile: str, cluster: str)
                   "vocab": int(row.get("vocab") or 50432), "norm": "layernorm", "attention": "flash",
                   "rotary": True},
         "training": {"micro_batch": int(row["micro_batch"]), "micro_batches": int(row["micro_batches"]),
-                     "precision": "bf16", "recompute": "none", "zero_stage": 0, "framework": "hf"},
-        "parallelism": {"pp": int(row["pp"]), "mp": int(row["tp"]), "dp": int(row["dp"]),
+                     "precision": "bf16", "recompute": "none", "zero_stage": 3 if fsdp > 1 else 0,
+                     "framework": "hf"},
+        "parallelism": {"pp": int(row["pp"]), "mp": int(row["tp"]), "dp": dp,
                         "schedule": row["schedule"] if row.get("schedule") in ("1f1b", "gpipe") else "1f1b"},
         "cluster": {"preset": cluster, "gpus_per_node": gpus},
         "profile": {"name": profile},

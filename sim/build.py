@@ -40,6 +40,8 @@ class StepCost:
     p2p_s: float
     dest: tuple[int, int] | None  # (stage, chunk) that receives this step's output
     needs_input: bool
+    host_s: float = 0.0  # the runtime's host time beyond the GPU work (sim.costs.StageCost.host_*_extra_s)
+    fsdp_s: float = 0.0  # FSDP2 all-gathers / reduce-scatters its prefetching does not hide
 
 
 StepTable = dict[tuple[StepKind, int], StepCost]
@@ -68,9 +70,10 @@ def step_costs(costs: IterationCosts, own_stage_times: bool, st: StageCost, chun
             continue
         p2p_f = st.p2p_fwd_s if s < pp - 1 else (wrap_p2p if nxt is not None else 0.0)
         p2p_b = st.p2p_bwd_s if s > 0 else (wrap_p2p if prv is not None else 0.0)
-        out[StepKind.F, c] = StepCost(st.fwd_compute_s / v, 0.0, st.mp_fwd_s / v, p2p_f, nxt, prv is not None)
+        out[StepKind.F, c] = StepCost(st.fwd_compute_s / v, 0.0, st.mp_fwd_s / v, p2p_f, nxt, prv is not None,
+                                      st.host_fwd_extra_s / v, st.fsdp_fwd_s / v)
         out[StepKind.B, c] = StepCost(st.bwd_compute_s / v, st.recompute_s / v, st.mp_bwd_s / v, p2p_b, prv,
-                                      nxt is not None)
+                                      nxt is not None, st.host_bwd_extra_s / v, st.fsdp_bwd_s / v)
     return out
 
 
@@ -80,12 +83,13 @@ class Tally:
 
     compute: float = 0.0
     mp: float = 0.0
+    host: float = 0.0  # the runtime's host (CPU) time beyond the GPU's work
     pp: float = 0.0
     pp_wait: float = 0.0  # the part of ``pp`` spent waiting for the receiver to post its receive
     dp_allreduce: float = 0.0
     dp_allgather: float = 0.0
     optimizer: float = 0.0
-    pipeline_busy: float = 0.0  # compute + MP + P2P up to the last backward, less the waits
+    pipeline_busy: float = 0.0  # compute + MP + host + P2P up to the last backward, less the waits
     end: float = 0.0
 
 

@@ -53,15 +53,27 @@ class StageCost:
     # for frameworks whose buckets follow the gradients (PyTorch DDP, which always overlaps); empty:
     # bucket k at (k + 1) / n when ``overlap_dp``, else all at the end.
     dp_bucket_ready: tuple[float, ...] = ()
+    # The runtime's host (CPU) time per micro-batch step and what it adds to the step beyond the
+    # GPU's compute and MP collectives: all of it where host and GPU work do not overlap ("serial"),
+    # else what is left after the GPU's (see calibration.host_overhead). Per update: host_update_s.
+    host_fwd_s: float = 0.0
+    host_bwd_s: float = 0.0
+    host_fwd_extra_s: float = 0.0
+    host_bwd_extra_s: float = 0.0
+    host_update_s: float = 0.0
+    # FSDP2: per micro-batch, the all-gathers and reduce-scatters its prefetching does not hide
+    # behind the layers' compute (see _fsdp_exposed)
+    fsdp_fwd_s: float = 0.0
+    fsdp_bwd_s: float = 0.0
 
     @property
     def fwd_s(self) -> float:
-        """Forward slot as Eq. 7 charges it: compute, MP syncs and the P2P send."""
-        return self.fwd_compute_s + self.mp_fwd_s + self.p2p_fwd_s
+        """Forward slot as Eq. 7 charges it: compute, MP syncs, the host's excess and the P2P send."""
+        return self.fwd_compute_s + self.mp_fwd_s + self.fsdp_fwd_s + self.host_fwd_extra_s + self.p2p_fwd_s
 
     @property
     def bwd_s(self) -> float:
-        return self.bwd_compute_s + self.mp_bwd_s + self.p2p_bwd_s
+        return self.bwd_compute_s + self.mp_bwd_s + self.fsdp_bwd_s + self.host_bwd_extra_s + self.p2p_bwd_s
 
     @property
     def dp_allreduce_s(self) -> float:
@@ -69,7 +81,7 @@ class StageCost:
 
     @property
     def update_s(self) -> float:
-        return self.optimizer_s + self.grad_accum_s + self.dp_allgather_s
+        return self.optimizer_s + self.grad_accum_s + self.host_update_s + self.dp_allgather_s
 
 
 @dataclass(frozen=True)
@@ -119,6 +131,62 @@ def _segment_ends(segments: Sequence[GradSegment], fwd: dict[Op, float], bwd: di
     return [e / t if t > 0 else 1.0 for e in ends]
 
 
+def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: float, mp_fwd: float,
+                 mp_bwd: float, update_s: float, notes: list[str]) -> dict[str, float]:
+    """A stage's host-time fields (StageCost) from the profile's table of its runtime, if any.
+
+    The per-layer host time of a micro-batch is split between its forward and backward as their
+    GPU compute is (an approximation: only the sum was measured); the per-iteration part goes with
+    the update. Where host and GPU work overlap, only the host's excess over the GPU's is added.
+    """
+    table = getattr(model, "host_overhead", None)
+    if plan.runtime is None or not table:
+        return {}
+    entry = table.get(plan.runtime)
+    if entry is None:
+        notes.append(f"profile {model.name!r} has no host cost for the {plan.runtime} runtime; "
+                     "its steps are priced by their GPU work alone")
+        return {}
+    per_mb = entry["per_layer_s"] * plan.encoders
+    total = fwd_s + bwd_s
+    host_f = per_mb * (fwd_s / total if total > 0 else 1 / 3)
+    host_b = per_mb - host_f
+    serial = entry["overlap"] == "serial"
+
+    def extra(host: float, gpu: float) -> float:
+        return host if serial else max(0.0, host - gpu)
+
+    return {"host_fwd_s": host_f, "host_bwd_s": host_b, "host_fwd_extra_s": extra(host_f, fwd_s + mp_fwd),
+            "host_bwd_extra_s": extra(host_b, bwd_s + mp_bwd),
+            "host_update_s": extra(entry["per_iteration_s"], update_s)}
+
+
+def _fsdp_exposed(plan: StagePlan, ag_layer: float, rs_layer: float, ag_root: float, rs_root: float,
+                  fwd: dict[Op, float], bwd: dict[Op, float]) -> tuple[float, float]:
+    """FSDP2 communication a micro-batch's forward and backward cannot hide (seconds).
+
+    The next layer's all-gather runs on its own stream while this layer computes (FSDP2's implicit
+    prefetch), so per layer only its excess over the compute shows; what has nothing to hide
+    behind shows whole: the root's all-gather (embedding, norm, LM head; not resharded after the
+    forward) and the first layer's before the forward, and at the end of the backward the last
+    reduce-scatters. In the backward a layer's all-gather and the previous layer's reduce-scatter
+    share the communicator, so they queue. Layers are taken as equal (one GradSegment's compute).
+    """
+    layers = [g for g in plan.grad_segments if len(g.tensors) > 3]  # the per-layer segments
+    n = len(layers)
+    if n == 0:
+        return ag_root, rs_root
+    seg = layers[0]
+    c_f = sum(oc.count * fwd[oc.op] for oc in seg.ops)
+    c_b = sum(oc.count * bwd[oc.op] for oc in seg.ops) + sum(oc.count * fwd[oc.op] for oc in seg.recompute)
+    head = plan.grad_segments[0] if plan.role.has_head else None
+    c_head = sum(oc.count * bwd[oc.op] for oc in head.ops) if head is not None else 0.0
+    exposed_f = ag_root + ag_layer + (n - 1) * max(0.0, ag_layer - c_f)
+    exposed_b = (max(0.0, ag_layer - c_head) + (n - 1) * max(0.0, ag_layer + rs_layer - c_b)
+                 + rs_layer + rs_root)
+    return exposed_f, exposed_b
+
+
 def _op_table(model: DurationModel, ops: Sequence[Op], direction: Direction) -> dict[Op, float]:
     if not ops:
         return {}
@@ -164,9 +232,18 @@ def build_costs(
     dp_ar: list[list[Collective]] = []
     dp_ag: list[list[Collective]] = []
     dp_ready: list[tuple[float, ...]] = []
+    fsdp_colls: dict[int, tuple[Collective, ...]] = {}
     for p in plans:
         ready: tuple[float, ...] = ()
-        if par.dp > 1 and p.dp_buckets is not None and p.grad_segments:
+        if p.fsdp is not None:  # FSDP2: no DP collective after the backward; per micro-batch ones instead
+            u = p.fsdp
+            fsdp_colls[p.index] = (coll(CollKind.ALL_GATHER, u.layer_shard, dp_span),
+                                   coll(CollKind.REDUCE_SCATTER, u.layer_shard, dp_span),
+                                   coll(CollKind.ALL_GATHER, u.root_shard, dp_span),
+                                   coll(CollKind.REDUCE_SCATTER, u.root_shard, dp_span))
+            dp_ar.append([])
+            dp_ag.append([])
+        elif par.dp > 1 and p.dp_buckets is not None and p.grad_segments:
             buckets = _ddp_buckets(p.grad_segments, p.dp_buckets)
             ends = _segment_ends(p.grad_segments, fwd, bwd)
             dp_ar.append([coll(CollKind.ALL_REDUCE, e, dp_span) for e, _ in buckets])
@@ -208,6 +285,10 @@ def build_costs(
         fwd_s = sum(oc.count * fwd[oc.op] for oc in p.forward)
         rec_s = sum(oc.count * fwd[oc.op] for oc in p.recompute)
         bwd_s = sum(oc.count * bwd[oc.op] for oc in p.backward) + rec_s
+        fsdp_f = fsdp_b = 0.0
+        if s in fsdp_colls:
+            ag, rs, ag_root, rs_root = (wanted[c] for c in fsdp_colls[s])
+            fsdp_f, fsdp_b = _fsdp_exposed(p, ag, rs, ag_root, rs_root, fwd, bwd)
         f_flops, b_flops = p.flops()
         stages.append(StageCost(
             index=s,
@@ -233,6 +314,11 @@ def build_costs(
             dp_allgather_bytes=float(sum(c.bytes for c in dp_ag[s])),
             grad_accum_s=p.grad_accum_count * upd[p.grad_accum] if p.grad_accum is not None else 0.0,
             dp_bucket_ready=dp_ready[s],
+            fsdp_fwd_s=fsdp_f, fsdp_bwd_s=fsdp_b,
+            **_host_fields(model, p, fwd_s, bwd_s, mp_total(p, "fwd", p.mp_allreduces_fwd),
+                           mp_total(p, "bwd", p.mp_allreduces_bwd),
+                           upd[p.optimizer] + (p.grad_accum_count * upd[p.grad_accum] if p.grad_accum else 0.0),
+                           notes),
         ))
     return IterationCosts(
         stages=tuple(stages), micro_batches=training.micro_batches, parallelism=par,

@@ -264,7 +264,7 @@ def _link_spans(ctx: Build, rec: Recorder, iteration: float) -> None:
 
 def _breakdown(t: Tally) -> dict[str, float]:
     """Seconds of the critical stage replica's timeline per activity; ``idle`` is the rest (waiting)."""
-    parts = {"compute": t.compute, TrafficKind.MP: t.mp, TrafficKind.PP: t.pp,
+    parts = {"compute": t.compute, TrafficKind.MP: t.mp, "host": t.host, TrafficKind.PP: t.pp,
              TrafficKind.DP_ALLREDUCE: t.dp_allreduce, "optimizer": t.optimizer,
              TrafficKind.DP_ALLGATHER: t.dp_allgather}
     parts["idle"] = max(0.0, t.end - sum(parts.values()))

@@ -122,7 +122,7 @@ def stage_process(env: simpy.Environment, ctx: Build, stage: int, replica: int, 
             yield from p2p_send(env, ctx, lane, step, sc, sc.dest)
     t = lane.tally
     # Waiting for a receiver is blocked in a send (exposed P2P) but moves no data: a bubble.
-    t.pipeline_busy = t.compute + t.mp + t.pp - t.pp_wait
+    t.pipeline_busy = t.compute + t.mp + t.host + t.pp - t.pp_wait
     ctx.drained.arrive()
     yield from gradient_sync(env, ctx, lane)
     yield from update(env, ctx, lane)
@@ -153,6 +153,18 @@ def compute_step(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, sc:
             tally.mp += env.now - t1
             if lane.track is not None:
                 lane.span(ctx, f"MP all-reduce {step.kind}{step.micro}", "mp", t1, env.now)
+        if sc.fsdp_s > 0:  # FSDP2's exposed all-gathers and reduce-scatters (the ZeRO-3 gather)
+            t2 = env.now
+            yield comm(ctx, sc.fsdp_s * share, None, DP_AG, lane.stage)
+            tally.dp_allgather += env.now - t2
+            if lane.track is not None:
+                lane.span(ctx, f"FSDP {step.kind}{step.micro}", "dp_allgather", t2, env.now)
+        if sc.host_s > 0:  # the host still issuing this step's work after the GPU is done
+            t2 = env.now
+            yield env.timeout(sc.host_s * share)
+            tally.host += env.now - t2
+            if lane.track is not None:
+                lane.span(ctx, f"host {step.kind}{step.micro}", "host", t2, env.now)
         if ready_buckets:
             sync = ctx.dp_sync[lane.stage]
             for k in range(first, upto):
@@ -245,12 +257,16 @@ def gradient_sync(env: simpy.Environment, ctx: Build, lane: Lane) -> Process:
 
 
 def update(env: simpy.Environment, ctx: Build, lane: Lane) -> Process:
-    """The optimizer step and the ZeRO-1 all-gather (bucketed mode), or Eq. 7's update."""
+    """The optimizer step and the ZeRO-1 all-gather (bucketed mode), or Eq. 7's update.
+
+    The optimizer slot also carries what the framework does once per update besides the step:
+    the fp32 gradient accumulation kernels of framework "hf" (summed here, as Eq. 7 does) and the
+    runtime's per-iteration host time."""
     s, tally = lane.stage, lane.tally
     st = ctx.costs.stages[s]
     t2 = env.now
     if ctx.opts.bucketed_dp:
-        yield env.timeout(st.optimizer_s * lane.factor(ctx))
+        yield env.timeout((st.optimizer_s + st.grad_accum_s) * lane.factor(ctx) + st.host_update_s)
         t3 = env.now
         tally.optimizer = t3 - t2
         lane.span(ctx, "optimizer", "optimizer", t2, t3)
@@ -258,7 +274,7 @@ def update(env: simpy.Environment, ctx: Build, lane: Lane) -> Process:
             sync = ctx.dp_sync[s]
             sync.ag_ready.arrive()
             yield sync.ag_done
-            tally.dp_allgather = env.now - t3
+            tally.dp_allgather += env.now - t3
             lane.span(ctx, "DP all-gather", "dp_allgather", t3, env.now)
     else:
         yield env.timeout(st.update_s)

@@ -15,9 +15,9 @@ D, H, L, S, V = 256, 4, 4, 128, 50432
 MODEL = ModelSpec("tiny", hidden=D, heads=H, layers=L, seq_len=S, vocab=V)
 
 
-def _tr(b: int = 2, m: int = 3, **kw) -> TrainingSpec:
+def _tr(b: int = 2, m: int = 3, zero_stage: int = 0) -> TrainingSpec:
     return TrainingSpec(micro_batch=b, micro_batches=m, precision="bf16", recompute="none", framework="hf",
-                        zero_stage=0, **kw)
+                        zero_stage=zero_stage)
 
 
 @pytest.mark.parametrize(("layers", "pp", "expected"), [(8, 2, (4, 4)), (10, 4, (2, 2, 3, 3)), (5, 5, (1,) * 5),
@@ -134,3 +134,51 @@ def test_ddp_buckets_are_all_reduced_while_the_last_backward_runs():
     assert buckets[-1].start_s >= last_bwd_end - 1e-12  # the embedding's bucket is last, after the backward
     for a, b in zip(buckets, buckets[1:], strict=False):  # one stream: a bucket starts once the previous one ended
         assert b.start_s >= a.end_s - 1e-12
+
+
+def test_fsdp_shards_every_unit_and_drops_the_ddp_buckets():
+    (plan,) = build_stage_plans(MODEL, _tr(zero_stage=3), Parallelism(dp=4))
+    layer = sum(hf_layer_tensors(D, 4 * D, 1))
+    assert plan.fsdp is not None and plan.dp_buckets is None and plan.runtime == "fsdp2"
+    assert plan.fsdp.layer_shard == 2 * layer // 4  # fp32: 2 entries per parameter, a quarter per rank
+    assert plan.fsdp.root_shard == 2 * (2 * V * D + 2 * D) // 4
+    assert plan.grad_accum_count == 2  # m - 1; no DDP bucket copies
+    assert plan.optimizer.mp == 4  # the optimizer steps a quarter of the parameters
+
+
+def test_zero_stage_3_is_fsdp_and_needs_the_hf_framework():
+    with pytest.raises(ConfigError, match="training.zero_stage"):
+        TrainingSpec(zero_stage=3)
+    with pytest.raises(ConfigError, match="training.zero_stage"):
+        TrainingSpec(zero_stage=2)
+
+
+def test_fsdp_exposed_communication_by_hand():
+    from trainsim.sim.costs import _fsdp_exposed
+
+    (plan,) = build_stage_plans(MODEL, _tr(zero_stage=3), Parallelism(dp=2))
+    seg = [g for g in plan.grad_segments if len(g.tensors) > 3][0]
+    head = plan.grad_segments[0]
+    fwd = {oc.op: 1e-3 for g in plan.grad_segments for oc in (*g.ops, *g.recompute)}
+    bwd = {op: 2e-3 for op in fwd}
+    c_f = sum(oc.count for oc in seg.ops) * 1e-3
+    c_b = sum(oc.count for oc in seg.ops) * 2e-3
+    c_head = sum(oc.count for oc in head.ops) * 2e-3
+    ag, rs, ag_root, rs_root = 0.5 * c_f, 0.8 * c_b, 3e-3, 4e-3
+    assert ag < c_head and ag + rs > c_b  # the head's backward hides the first gather; the queue shows
+    f, b = _fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd)
+    assert f == pytest.approx(ag_root + ag)  # the other layers' gathers hide behind compute
+    assert b == pytest.approx((L - 1) * (ag + rs - c_b) + rs + rs_root)
+    slow = 2 * c_f  # gathers slower than a layer's forward show their excess on every layer
+    f2, _ = _fsdp_exposed(plan, slow, rs, ag_root, rs_root, fwd, bwd)
+    assert f2 == pytest.approx(ag_root + slow + (L - 1) * (slow - c_f))
+
+
+def test_fsdp_memory_is_a_shard_plus_the_live_units():
+    tr = _tr(b=4, m=4, zero_stage=3)
+    ddp_tr = _tr(b=4, m=4)
+    par = Parallelism(dp=4)
+    fsdp = memory_per_gpu(MODEL, tr, par, build_stage_plans(MODEL, tr, par))
+    ddp = memory_per_gpu(MODEL, ddp_tr, par, build_stage_plans(MODEL, ddp_tr, par))
+    assert fsdp.optimizer == pytest.approx(ddp.optimizer / 4)
+    assert fsdp.total < ddp.total

@@ -1,0 +1,142 @@
+"""The host (CPU) cost of PyTorch runtimes, measured with shapes whose GPU work is negligible.
+
+A training step costs the GPU its kernels and the host the Python and dispatcher work that issues
+them. For eager PyTorch on one GPU the host is far ahead of the GPU at the shapes people train, so
+only the kernels count (operators are priced by the GPU profile). DTensor tensor parallelism and
+FSDP2 wrap every parameter in a ``DTensor``: each operator then goes through sharding propagation
+and redistribution in Python, several milliseconds per layer, and at moderate shapes the host, not
+the GPU, sets the pace.
+
+``validation/train_hf_parallel.py`` measured each layout at tiny shapes (hidden 128, sequence 64,
+one sequence per micro-batch: ``validation/hf_parallel_shapes_host.csv``), where an iteration is
+all host time. Per runtime this module fits, by least squares over those rows,
+
+    host seconds per iteration = per_iteration_s + per_layer_s * layers * micro_batches
+
+(``per_layer_s``: one layer's forward and backward on one micro-batch). The runtime of a row is
+its layout's: ``eager`` (1gpu, dp: DDP wraps an eager model), ``dtensor_tp`` (tp), ``fsdp2``
+(fsdp), ``fsdp2_tp`` (fsdp x tp). Pipelined layouts are left out: their stages run concurrently,
+so a whole-iteration fit would mix the schedule into the per-layer cost.
+
+Host and GPU work overlap: PyTorch issues kernels asynchronously, so a step takes the longer of
+the two (``overlap: overlapped``; a "serial" runtime would add them). Checked on the GPUs with
+validation/probe_host.py: the only host-GPU synchronisations are one per micro-batch (Hugging
+Face's causal-mask construction) and one per iteration, the caching allocator makes no
+cudaMalloc/cudaFree calls in steady state, and garbage collection changes nothing systematic.
+The host cost itself varies between lent machines of the same kind: the same tiny tp2 run took
+0.272 s on one and 0.373 s on another (docs/multi_gpu.md).
+
+    python -m trainsim.calibration.host_overhead validation/measured_hf_parallel_h100_host_*.csv \\
+        --out calibration/profiles/h100-sxm-bf16/host_overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from trainsim.operators.errors import ConfigError
+
+HOST_FILE = "host_overhead.json"
+OVERLAP = {"eager": "overlapped", "dtensor_tp": "overlapped", "fsdp2": "overlapped", "fsdp2_tp": "overlapped"}
+
+
+def runtime_of(layout: str) -> str | None:
+    """The runtime a train_hf_parallel.py layout runs under (None: pipelined, not fitted here)."""
+    if "pp" in layout:
+        return None
+    if "fsdp" in layout:
+        return "fsdp2_tp" if "tp" in layout else "fsdp2"
+    if "tp" in layout:
+        return "dtensor_tp"
+    return "eager"
+
+
+def fit_host_overhead(rows: Iterable[dict[str, str]]) -> dict[str, dict[str, float | str | int]]:
+    """Per runtime: ``per_iteration_s``, ``per_layer_s``, ``overlap``, ``rows`` (see the module doc)."""
+    import numpy as np
+
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        rt = runtime_of(r["layout"])
+        if rt is None:
+            continue
+        lm = float(r["layers"]) * float(r["micro_batches"])
+        groups.setdefault(rt, []).append((lm, float(r["min_s"])))
+    out: dict[str, dict[str, float | str | int]] = {}
+    for rt, pts in sorted(groups.items()):
+        x = np.array([p[0] for p in pts])
+        y = np.array([p[1] for p in pts])
+        if len(set(x.tolist())) < 2:
+            raise ConfigError("host overhead", f"runtime {rt}: needs rows with at least two layers x micro-batches")
+        slope, intercept = np.polyfit(x, y, 1)
+        if not slope > 0:
+            raise ConfigError("host overhead", f"runtime {rt}: host time does not grow with the layers ({slope:g})")
+        # A negative intercept is measurement noise around zero fixed cost: reported, and 0 used.
+        out[rt] = {"per_layer_s": float(slope), "per_iteration_s": float(max(intercept, 0.0)),
+                   "fitted_intercept_s": float(intercept), "overlap": OVERLAP[rt], "rows": len(pts),
+                   "max_residual_s": float(np.abs(np.polyval([slope, intercept], x) - y).max())}
+    return out
+
+
+def read_rows(paths: Sequence[str]) -> list[dict[str, str]]:
+    rows: list[dict[str, str]] = []
+    for p in paths:
+        try:
+            with open(p, newline="") as fh:
+                got = list(csv.DictReader(fh))
+        except OSError as e:
+            raise ConfigError(p, f"cannot read: {e.strerror}") from None
+        missing = {"layout", "layers", "micro_batches", "min_s", "device"} - set(got[0] if got else {})
+        if missing:
+            raise ConfigError(p, f"missing columns: {', '.join(sorted(missing))}")
+        rows += got
+    return rows
+
+
+def load_host_overhead(path: str | Path) -> dict[str, dict]:
+    """The fitted table of a profile directory's ``host_overhead.json`` (ConfigError naming the file)."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+        runtimes = data["runtimes"]
+        for rt, v in runtimes.items():
+            if rt not in OVERLAP or v["overlap"] not in ("serial", "overlapped"):
+                raise ValueError(f"unknown runtime {rt!r} or overlap {v.get('overlap')!r}")
+            for key in ("per_layer_s", "per_iteration_s"):
+                if not (isinstance(v[key], (int, float)) and v[key] >= 0):
+                    raise ValueError(f"{rt}.{key} must be a non-negative number")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(str(p), f"not a host-overhead table: {e}") from None
+    return runtimes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="fit the runtimes' host cost from tiny-shape train_hf_parallel rows")
+    ap.add_argument("csv", nargs="+")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    try:
+        rows = read_rows(args.csv)
+        table = fit_host_overhead(rows)
+    except ConfigError as e:
+        print(f"host_overhead: error: {e}", file=sys.stderr)
+        return 2
+    devices = sorted({r["device"] for r in rows})
+    doc = {"source": [Path(p).name for p in args.csv], "devices": devices,
+           "model": "host seconds per iteration = per_iteration_s + per_layer_s * layers * micro_batches",
+           "runtimes": table}
+    Path(args.out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    for rt, v in table.items():
+        print(f"{rt:11} {v['per_layer_s'] * 1e3:7.3f} ms per layer and micro-batch, "
+              f"{v['per_iteration_s'] * 1e3:7.2f} ms per iteration ({v['overlap']}, {v['rows']} rows, "
+              f"max residual {v['max_residual_s'] * 1e3:.1f} ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""The runtimes' host cost: its fit from tiny-shape rows, its table, and how a step charges it."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.calibration.host_overhead import fit_host_overhead, load_host_overhead, main, runtime_of
+from trainsim.operators import ConfigError, ModelSpec, Parallelism, TrainingSpec, build_stage_plans
+from trainsim.sim.costs import _host_fields
+
+
+def _row(layout: str, layers: int, m: int, s: float) -> dict[str, str]:
+    return {"layout": layout, "layers": str(layers), "micro_batches": str(m), "min_s": str(s), "device": "GPU"}
+
+
+@pytest.mark.parametrize(("layout", "runtime"), [("1gpu", "eager"), ("dp2", "eager"), ("tp4", "dtensor_tp"),
+                                                 ("fsdp2", "fsdp2"), ("fsdp2xtp2", "fsdp2_tp"), ("pp2", None),
+                                                 ("pp2xtp2", None)])
+def test_runtime_of_a_layout(layout, runtime):
+    assert runtime_of(layout) == runtime
+
+
+def test_fit_recovers_a_line_and_reports_a_negative_intercept_as_zero():
+    # 2 ms per layer and micro-batch, 5 ms per iteration; eager rows 1 ms, -1 ms intercept
+    rows = [_row("tp2", L, m, 0.005 + 0.002 * L * m) for L, m in ((4, 4), (8, 4), (4, 8), (8, 8))]
+    rows += [_row("1gpu", L, 4, -0.001 + 0.001 * L * 4) for L in (4, 8)]
+    rows += [_row("pp2", 4, 4, 9.0)]  # pipelined: not part of any runtime's fit
+    t = fit_host_overhead(rows)
+    assert set(t) == {"dtensor_tp", "eager"}
+    assert t["dtensor_tp"]["per_layer_s"] == pytest.approx(0.002)
+    assert t["dtensor_tp"]["per_iteration_s"] == pytest.approx(0.005)
+    assert t["eager"]["per_iteration_s"] == 0.0 and t["eager"]["fitted_intercept_s"] == pytest.approx(-0.001)
+    assert t["eager"]["rows"] == 2 and t["eager"]["overlap"] == "overlapped"
+
+
+def test_fit_refuses_one_size_only():
+    with pytest.raises(ConfigError, match="dtensor_tp"):
+        fit_host_overhead([_row("tp2", 4, 4, 0.1), _row("tp2", 4, 4, 0.11)])
+
+
+def test_the_command_writes_a_table_that_loads(tmp_path):
+    src = tmp_path / "rows.csv"
+    lines = ["layout,layers,micro_batches,min_s,device"] + [f"tp2,{L},{m},{0.001 * L * m + 0.01},GPU"
+                                                             for L, m in ((2, 2), (4, 2), (2, 4))]
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "host.json"
+    assert main([str(src), "--out", str(out)]) == 0
+    table = load_host_overhead(out)
+    assert table["dtensor_tp"]["per_layer_s"] == pytest.approx(0.001)
+
+
+@pytest.mark.parametrize("bad", ["{", '{"runtimes": {"nope": {}}}',
+                                 '{"runtimes": {"eager": {"overlap": "overlapped", "per_layer_s": -1, '
+                                 '"per_iteration_s": 0}}}'])
+def test_a_bad_table_names_its_file(tmp_path, bad):
+    p = tmp_path / "host_overhead.json"
+    p.write_text(bad)
+    with pytest.raises(ConfigError, match="host_overhead.json"):
+        load_host_overhead(p)
+
+
+class _Profile:
+    name = "p"
+
+    def __init__(self, overlap: str) -> None:
+        self.host_overhead = {"dtensor_tp": {"per_layer_s": 0.003, "per_iteration_s": 0.010, "overlap": overlap},
+                              "eager": {"per_layer_s": 0.001, "per_iteration_s": 0.0, "overlap": overlap}}
+
+
+def _plan(mp: int):
+    model = ModelSpec("m", hidden=256, heads=4, layers=4, seq_len=128, vocab=50432)
+    tr = TrainingSpec(micro_batch=1, micro_batches=2, precision="bf16", recompute="none", framework="hf", zero_stage=0)
+    return build_stage_plans(model, tr, Parallelism(mp=mp))[0]
+
+
+def test_overlapped_host_adds_only_its_excess_over_the_gpu():
+    plan = _plan(2)  # dtensor_tp: 4 layers x 3 ms = 12 ms per micro-batch, split 1:2 like the GPU work
+    f = _host_fields(_Profile("overlapped"), plan, fwd_s=0.002, bwd_s=0.004, mp_fwd=0.001, mp_bwd=0.0,
+                     update_s=0.004, notes=[])
+    assert f["host_fwd_s"] == pytest.approx(0.004) and f["host_bwd_s"] == pytest.approx(0.008)
+    assert f["host_fwd_extra_s"] == pytest.approx(0.004 - 0.003)
+    assert f["host_bwd_extra_s"] == pytest.approx(0.008 - 0.004)
+    assert f["host_update_s"] == pytest.approx(0.010 - 0.004)
+    serial = _host_fields(_Profile("serial"), plan, 0.002, 0.004, 0.001, 0.0, 0.004, [])
+    assert serial["host_fwd_extra_s"] == pytest.approx(0.004) and serial["host_update_s"] == pytest.approx(0.010)
+
+
+def test_gpu_bound_steps_get_no_host_time_and_megatron_plans_none():
+    eager = _host_fields(_Profile("overlapped"), _plan(1), 0.010, 0.020, 0.0, 0.0, 0.005, [])
+    assert eager["host_fwd_extra_s"] == 0.0 and eager["host_bwd_extra_s"] == 0.0
+    megatron = build_stage_plans(ModelSpec("m", hidden=256, heads=4, layers=4, seq_len=128), TrainingSpec(),
+                                 Parallelism())[0]
+    assert _host_fields(_Profile("overlapped"), megatron, 0.01, 0.02, 0.0, 0.0, 0.0, []) == {}
+
+
+def test_a_runtime_without_a_measurement_is_a_note():
+    notes: list[str] = []
+
+    class Partial:
+        name = "p"
+        host_overhead = {"eager": {"per_layer_s": 0.001, "per_iteration_s": 0.0, "overlap": "overlapped"}}
+
+    assert _host_fields(Partial(), _plan(2), 0.01, 0.02, 0.0, 0.0, 0.0, notes) == {}
+    assert notes and "dtensor_tp" in notes[0]
+
+
+def test_the_simulated_step_carries_the_host_excess():
+    from trainsim.calibration.roofline import RooflineProfile
+    from trainsim.sim.costs import build_costs
+    from trainsim.sim.engine import simulate
+    from trainsim.topology import get_cluster
+    from trainsim.topology.cluster import cluster_from_mapping
+
+    model = ModelSpec("m", hidden=256, heads=4, layers=4, seq_len=128, vocab=50432)
+    tr = TrainingSpec(micro_batch=1, micro_batches=3, precision="bf16", recompute="none", framework="hf",
+                      zero_stage=0)
+    par = Parallelism(mp=2)
+    cluster = cluster_from_mapping({"preset": "hgx-h100", "gpus_per_node": 2})
+    prof = RooflineProfile("r", get_cluster("hgx-h100").gpu.peak_flops, 3e12)
+    prof.host_overhead = _Profile("overlapped").host_overhead  # 12 ms per micro-batch: far above the GPU's
+    costs = build_costs(build_stage_plans(model, tr, par), tr, par, cluster, prof)
+    st = costs.stages[0]
+    assert st.host_fwd_extra_s > 0 and st.host_bwd_extra_s > 0
+    res = simulate(costs, cluster, mode="realistic", seed=0)
+    assert res.breakdown["host"] == pytest.approx(3 * (st.host_fwd_extra_s + st.host_bwd_extra_s))
+    # each step lasts its host time: GPU work and MP collectives hide behind it
+    steps = 3 * (st.fwd_compute_s + st.mp_fwd_s + st.host_fwd_extra_s + st.bwd_compute_s + st.mp_bwd_s
+                 + st.host_bwd_extra_s)
+    assert steps == pytest.approx(3 * 0.012)
+    assert res.iteration_s == pytest.approx(steps + st.update_s, rel=1e-9)
