@@ -131,7 +131,11 @@ def rows(path: str | os.PathLike, profile: str | None = None, cluster: str | Non
             sim = simulate_prediction(pred)
         simulated, closed = sim.iteration_s, pred.eq7.iteration_s
         meas = base["measured_s"]
+        mem = pred.memory_gib_per_gpu
+        meas_mem = float(row["max_mem_gib"]) if row.get("max_mem_gib") else None
         out.append({**base, "profile": pred.profile_name, "simulated_s": simulated, "closed_form_s": closed,
+                    "predicted_gib": mem, "measured_gib": meas_mem,
+                    "memory_err_pct": 100.0 * (mem / meas_mem - 1) if mem and meas_mem else None,
                     "simulated_err_pct": 100.0 * (simulated / meas - 1),
                     "closed_form_err_pct": 100.0 * (closed / meas - 1), "breakdown": dict(sim.breakdown),
                     "notes": list(pred.costs.notes),
@@ -146,26 +150,31 @@ def summary(table: list[dict]) -> dict:
     if not done:
         return {"rows": len(table), "predicted": 0}
     errs = [abs(r["simulated_err_pct"]) for r in done]
+    mems = [abs(r["memory_err_pct"]) for r in done if r.get("memory_err_pct") is not None]
     eq7 = [abs(r["closed_form_err_pct"]) for r in done]
     return {"rows": len(table), "predicted": len(done), "simulated_mape_pct": sum(errs) / len(errs),
             "simulated_max_abs_err_pct": max(errs), "closed_form_mape_pct": sum(eq7) / len(eq7),
-            "closed_form_max_abs_err_pct": max(eq7), "skipped": len(table) - len(done)}
+            "closed_form_max_abs_err_pct": max(eq7), "skipped": len(table) - len(done),
+            "memory_mape_pct": sum(mems) / len(mems) if mems else None}
 
 
 def render(table: list[dict]) -> str:
     lines = [f"{'layout':12} {'shape':14} {'measured s':>10} {'simulated':>10} {'err %':>7} {'Eq. 7':>9} "
-             f"{'err %':>7}"]
+             f"{'err %':>7} {'GiB meas':>9} {'GiB est':>8} {'err %':>7}"]
     for r in table:
         if "skipped" in r:
             lines.append(f"{r['layout']:12} {r['shape']:14} {r['measured_s']:10.4f}   skipped: {r['skipped']}")
             continue
+        mem = (f" {r['measured_gib']:9.2f} {r['predicted_gib']:8.2f} {r['memory_err_pct']:+7.1f}"
+               if r.get("memory_err_pct") is not None else "")
         lines.append(f"{r['layout']:12} {r['shape']:14} {r['measured_s']:10.4f} {r['simulated_s']:10.4f} "
-                     f"{r['simulated_err_pct']:+7.1f} {r['closed_form_s']:9.4f} {r['closed_form_err_pct']:+7.1f}")
+                     f"{r['simulated_err_pct']:+7.1f} {r['closed_form_s']:9.4f} {r['closed_form_err_pct']:+7.1f}{mem}")
     s = summary(table)
     if s["predicted"]:
         lines.append(f"\n{s['predicted']} rows predicted: simulated MAPE {s['simulated_mape_pct']:.1f} % "
                      f"(max {s['simulated_max_abs_err_pct']:.1f} %), Eq. 7 MAPE {s['closed_form_mape_pct']:.1f} % "
                      f"(max {s['closed_form_max_abs_err_pct']:.1f} %)"
+                     + (f"; peak memory MAPE {s['memory_mape_pct']:.1f} %" if s["memory_mape_pct"] is not None else "")
                      + (f"; {s['skipped']} skipped" if s["skipped"] else ""))
     else:
         lines.append("\nno row could be predicted")

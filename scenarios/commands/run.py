@@ -102,6 +102,8 @@ def render(pred, r) -> str:
     lines += ["", f"critical stage replica: stage {r.critical[0]}, replica {r.critical[1]}; where its time went:"]
     total = sum(r.breakdown.values()) or 1.0
     for k, v in r.breakdown.items():
+        if k == "host" and v == 0 and not any(st.host_fwd_s for st in pred.costs.stages):
+            continue  # no host-cost model for this run (Megatron, or a profile without one): nothing to say
         lines.append(f"  {k:14} {fmt_s(v)}  {100 * v / total:5.1f} %")
     lines.append("exposed communication on the critical replica: " +
                  ", ".join(f"{k} {fmt_s(v).strip()}" for k, v in r.exposed.items()))
