@@ -56,14 +56,13 @@ def read_table(path: str | os.PathLike) -> tuple[str, list[dict[str, str]]]:
         raise ConfigError(str(p), "holds no rows")
     ints = [c for c in need if c not in ("layout", "device", "min_s", "median_s")]
     for i, row in enumerate(rows, start=2):
-        try:
-            for c in ints:
-                if int(row[c]) < 1:
-                    raise ValueError(c)
-            if not float(row["min_s"]) > 0:
-                raise ValueError("min_s")
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"{p}:{i}", f"column {e.args[0] if e.args else '?'}: not a positive number") from None
+        for c in (*ints, "min_s"):
+            try:
+                ok = (int(row[c]) >= 1) if c in ints else (float(row[c]) > 0)
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ConfigError(f"{p}:{i}", f"column {c}: {row[c]!r} is not a positive number")
     return kind, rows
 
 

@@ -1,0 +1,82 @@
+"""trainsim validate --measured-multi: reading either trainer's table, the scenario of a row, bad tables."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from trainsim.operators import ConfigError
+from trainsim.scenarios import compare_multi
+from trainsim.scenarios.schema import scenario_from_mapping
+
+HEADER = ("layout,world,dp,fsdp,tp,pp,schedule,name,hidden,heads,layers,seq_len,micro_batch,micro_batches,vocab,"
+          "stage_layers,p2p_dtype,min_s,median_s,iters,max_mem_gib,loss,device,torch,transformers,nccl")
+
+
+def _row(layout: str, dp: int, fsdp: int, tp: int, pp: int, schedule: str = "none", t: float = 0.2) -> str:
+    world = dp * fsdp * tp * pp
+    return (f"{layout},{world},{dp},{fsdp},{tp},{pp},{schedule},tiny,256,4,4,128,1,4,50432,4,none,{t},{t * 1.01},"
+            f"8,1.0,11.0,NVIDIA H100 80GB HBM3,2.11,5.17,2.28")
+
+
+def _table(tmp_path, *rows: str):
+    p = tmp_path / "m.csv"
+    p.write_text("\n".join([HEADER, *rows]) + "\n")
+    return p
+
+
+def test_rows_become_the_layout_they_ran(tmp_path):
+    p = _table(tmp_path, _row("fsdp2xtp2", 1, 2, 2, 1), _row("pp2", 1, 1, 1, 2, "1f1b"), _row("1gpu", 1, 1, 1, 1))
+    kind, rows = compare_multi.read_table(p)
+    assert kind == "hf" and len(rows) == 3
+    fsdp = compare_multi.scenario_mapping(kind, rows[0], "roofline:h100-sxm", "hgx-h100")
+    assert fsdp["parallelism"] == {"pp": 1, "mp": 2, "dp": 2, "schedule": "1f1b"}
+    assert fsdp["training"]["zero_stage"] == 3 and fsdp["training"]["framework"] == "hf"
+    assert fsdp["cluster"] == {"preset": "hgx-h100", "gpus_per_node": 4}
+    sc = scenario_from_mapping(fsdp)
+    assert sc.gpus == 4 and sc.cluster.nics_per_node == 4
+    one = compare_multi.scenario_mapping(kind, rows[2], "roofline:h100-sxm", "hgx-h100")
+    assert one["training"]["zero_stage"] == 0 and one["cluster"]["gpus_per_node"] == 1
+
+
+def test_rows_are_predicted_and_summarised(tmp_path):
+    p = _table(tmp_path, _row("tp2", 1, 1, 2, 1), _row("dp2", 2, 1, 1, 1))
+    table = compare_multi.rows(p, profile="roofline:h100-sxm", cluster="hgx-h100")
+    assert [r["layout"] for r in table] == ["tp2", "dp2"]
+    for r in table:
+        assert r["simulated_s"] > 0
+        assert r["simulated_err_pct"] == pytest.approx(100 * (r["simulated_s"] / 0.2 - 1))
+        assert r["measured_gib"] == 1.0 and r["predicted_gib"] > 0
+    s = compare_multi.summary(table)
+    assert s["predicted"] == 2 and s["simulated_mape_pct"] == pytest.approx(
+        sum(abs(r["simulated_err_pct"]) for r in table) / 2)
+    assert "2 rows predicted" in compare_multi.render(table)
+
+
+@pytest.mark.parametrize(("body", "match"), [
+    ("layout,pp\n1gpu,1\n", "missing columns"),
+    (HEADER + "\n", "no rows"),
+    (HEADER + "\n" + _row("tp2", 1, 1, 2, 1).replace(",0.2,", ",-1,", 1), "min_s"),
+    (HEADER + "\n" + _row("tp2", 1, 1, 2, 1).replace(",256,", ",x,", 1), "hidden"),
+])
+def test_bad_tables_name_the_file(tmp_path, body, match):
+    p = tmp_path / "bad.csv"
+    p.write_text(body)
+    with pytest.raises(ConfigError, match=match) as e:
+        compare_multi.read_table(p)
+    assert "bad.csv" in str(e.value)
+
+
+def test_an_unknown_gpu_needs_a_profile(tmp_path):
+    p = _table(tmp_path, _row("tp2", 1, 1, 2, 1).replace("NVIDIA H100 80GB HBM3", "Some GPU"))
+    with pytest.raises(ConfigError, match="profile-multi"):
+        compare_multi.rows(p)
+
+
+def test_the_command_fails_in_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "trainsim", "validate", "--measured-multi", str(tmp_path / "nope.csv")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and "--measured-multi" in r.stderr
