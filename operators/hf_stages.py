@@ -101,6 +101,9 @@ def build_hf_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism) -
     if par.schedule is Schedule.INTERLEAVED_1F1B:
         raise ConfigError("parallelism.schedule", "the hf framework models torch.distributed.pipelining's "
                           "1f1b and gpipe schedules; interleaved-1f1b is Megatron's")
+    if training.zero_stage == 3 and par.dp == 1:
+        raise ConfigError("training.zero_stage", "FSDP (zero_stage 3) over one data-parallel rank shards "
+                                                 "nothing: it needs parallelism.dp > 1")
     b, l, d, mp, m = training.micro_batch, model.seq_len, model.hidden, par.mp, training.micro_batches
     f = model.ffn
     v = padded_vocab(model.vocab, 1)

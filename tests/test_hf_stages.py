@@ -146,6 +146,17 @@ def test_fsdp_shards_every_unit_and_drops_the_ddp_buckets():
     assert plan.optimizer.mp == 4  # the optimizer steps a quarter of the parameters
 
 
+def test_fsdp_over_one_rank_is_refused_in_one_line():
+    import subprocess
+    import sys
+
+    with pytest.raises(ConfigError, match="parallelism.dp > 1"):
+        build_stage_plans(MODEL, _tr(zero_stage=3), Parallelism(mp=2))
+    r = subprocess.run([sys.executable, "-m", "trainsim", "predict", "gptneox-h100", "--set", "training.zero_stage=3",
+                        "--set", "profile.name=roofline:h100-sxm"], capture_output=True, text=True)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "training.zero_stage" in r.stderr
+
+
 def test_zero_stage_3_is_fsdp_and_needs_the_hf_framework():
     with pytest.raises(ConfigError, match="training.zero_stage"):
         TrainingSpec(zero_stage=3)
