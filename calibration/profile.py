@@ -61,6 +61,7 @@ ARRAYS_FILE = "regressors.bin"
 _ALIGN = 64
 CACHE_ENV = "TRAINSIM_CACHE"
 SHIPPED_DIR = Path(__file__).resolve().parent / "profiles"
+INTERFERENCE_FILE = "interference.json"
 COLLECTIVE_FEATURES = ("entries",)
 
 #: Incremented by every :func:`fit_profile` call (tests check that a cache hit does not fit).
@@ -145,6 +146,8 @@ class FittedProfile:
         self._warned: set[tuple] = set()
         # per PyTorch runtime, its host (CPU) cost (calibration.host_overhead); None: not measured
         self.host_overhead: dict[str, dict] | None = None
+        # compute-communication interference (calibration.interference.InterferenceModel); None: not measured
+        self.interference: Any = None
 
     # ------------------------------------------------------------------ prediction
 
@@ -555,6 +558,10 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
 
         if (path / HOST_FILE).is_file():  # the runtimes' host cost on the machine the samples came from
             prof.host_overhead = load_host_overhead(path / HOST_FILE)
+        if (path / INTERFERENCE_FILE).is_file():  # how compute and NCCL slow each other on that GPU
+            from trainsim.calibration.interference import load_interference
+
+            prof.interference = load_interference(path / INTERFERENCE_FILE)
         return prof
     known = ["reference:Perlmutter", "reference:Vista", "roofline:<gpu>", *shipped_profiles()]
     raise ConfigError("profile", f"unknown profile '{name}'; known: {', '.join(known)}, or a sample directory")

@@ -10,7 +10,7 @@ processes (:mod:`sim.processes`) only read it and write the tallies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
@@ -117,6 +117,9 @@ class StageSync:
     ar_done: simpy.Event
     ag_ready: Barrier
     ag_done: simpy.Event
+    # for the interference model: [unused, replicas in their last backward, compute seconds the
+    # overlapping all-reduces have cost each of them so far]
+    busy: list[float] = field(default_factory=lambda: [0, 0, 0.0])
 
 
 @dataclass(frozen=True)

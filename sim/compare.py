@@ -12,6 +12,8 @@ attribution sums to ``sim_s - eq7_s`` exactly (up to float rounding):
 ``exposed_dp_allreduce``  bucketed DP all-reduce as a collective of all replicas (overlapping
                        the last backward with ``overlap_dp``) instead of Eq. 7's tail
 ``link_contention``    transfers share links (max-min fair) instead of running alone
+``interference``       compute and DP all-reduces overlapping on a GPU slow each other (the
+                       profile's measured factors; 0 without them)
 =====================  ==============================================================
 
 The order matters (effects interact); it follows the order the design lists them in.
@@ -32,14 +34,20 @@ from trainsim.sim.engine import IDEAL, SimOptions, simulate
 from trainsim.sim.eq7 import eq7
 from trainsim.topology import ClusterSpec
 
-CAUSES = ("residual", "schedule", "unequal_stages", "exposed_p2p", "exposed_dp_allreduce", "link_contention")
+CAUSES = ("residual", "schedule", "unequal_stages", "exposed_p2p", "exposed_dp_allreduce", "link_contention",
+          "interference")
 
 _CHAIN = (
-    ("unequal_stages", SimOptions(own_stage_times=True, p2p_transfers=False, bucketed_dp=False, contention=False)),
-    ("exposed_p2p", SimOptions(own_stage_times=True, p2p_transfers=True, bucketed_dp=False, contention=False)),
+    ("unequal_stages", SimOptions(own_stage_times=True, p2p_transfers=False, bucketed_dp=False, contention=False,
+                                  interference=False)),
+    ("exposed_p2p", SimOptions(own_stage_times=True, p2p_transfers=True, bucketed_dp=False, contention=False,
+                               interference=False)),
     ("exposed_dp_allreduce", SimOptions(own_stage_times=True, p2p_transfers=True, bucketed_dp=True,
-                                        contention=False)),
-    ("link_contention", SimOptions(own_stage_times=True, p2p_transfers=True, bucketed_dp=True, contention=True)),
+                                        contention=False, interference=False)),
+    ("link_contention", SimOptions(own_stage_times=True, p2p_transfers=True, bucketed_dp=True, contention=True,
+                                   interference=False)),
+    ("interference", SimOptions(own_stage_times=True, p2p_transfers=True, bucketed_dp=True, contention=True,
+                                interference=True)),
 )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainsim.operators import Collective, CollKind, Direction, DurationModel, Op, StagePlan, TrainingSpec
+from trainsim.operators import Collective, CollKind, Direction, DurationModel, Op, OpKind, StagePlan, TrainingSpec
 from trainsim.operators.errors import ConfigError
 from trainsim.operators.spec import Parallelism
 from trainsim.operators.stages import DPBuckets, GradSegment
@@ -65,6 +65,11 @@ class StageCost:
     # behind the layers' compute (see _fsdp_exposed)
     fsdp_fwd_s: float = 0.0
     fsdp_bwd_s: float = 0.0
+    # Measured compute-communication interference (the profile's, see _interference): the factor
+    # on the backward's compute while a DP all-reduce of this stage runs, and on a DP all-reduce
+    # while the stage's backward computes. 1.0: none known.
+    interference_compute: float = 1.0
+    interference_dp: float = 1.0
 
     @property
     def fwd_s(self) -> float:
@@ -185,6 +190,36 @@ def _fsdp_exposed(plan: StagePlan, ag_layer: float, rs_layer: float, ag_root: fl
     exposed_b = (max(0.0, ag_layer - c_head) + (n - 1) * max(0.0, ag_layer + rs_layer - c_b)
                  + rs_layer + rs_root)
     return exposed_f, exposed_b
+
+
+_GEMM_KINDS = frozenset({OpKind.LINEAR1, OpKind.LINEAR2, OpKind.LINEAR3, OpKind.LINEAR4, OpKind.LINEAR_FINAL,
+                         OpKind.HF_QKV, OpKind.HF_DENSE, OpKind.HF_MLP_UP, OpKind.HF_MLP_DOWN, OpKind.HF_LM_HEAD})
+_ATTENTION_KINDS = frozenset({OpKind.FLASH_ATTN, OpKind.BADDBMM, OpKind.BMM, OpKind.HF_ATTENTION})
+
+
+def _interference(model: DurationModel, plan: StagePlan, bwd: dict[Op, float],
+                  bucket_bytes: Sequence[float]) -> dict[str, float]:
+    """The stage's interference factors from the profile's measured model, if it has one.
+
+    The compute factor is the backward's: each operator class (GEMM, attention, the rest
+    memory-bound) at its measured slowdown under a collective of the stage's mean bucket size,
+    weighted by the class's share of the backward's time. The DP factor is the all-reduce's
+    slowdown beside compute at that size. Both apply only where the simulation overlaps the two
+    (DP buckets during the last backward).
+    """
+    im = getattr(model, "interference", None)
+    if im is None or not bucket_bytes:
+        return {}
+    size = sum(bucket_bytes) / len(bucket_bytes)
+    shares = {"gemm": 0.0, "attention": 0.0, "memory": 0.0}
+    for oc in plan.backward:
+        cls = "gemm" if oc.op.kind in _GEMM_KINDS else "attention" if oc.op.kind in _ATTENTION_KINDS else "memory"
+        shares[cls] += oc.count * bwd[oc.op]
+    total = sum(shares.values())
+    if not total > 0:
+        return {}
+    compute = sum(t * im.compute_factor(cls, size) for cls, t in shares.items()) / total
+    return {"interference_compute": compute, "interference_dp": im.collective_factor(None, size)}
 
 
 def _op_table(model: DurationModel, ops: Sequence[Op], direction: Direction) -> dict[Op, float]:
@@ -315,6 +350,7 @@ def build_costs(
             grad_accum_s=p.grad_accum_count * upd[p.grad_accum] if p.grad_accum is not None else 0.0,
             dp_bucket_ready=dp_ready[s],
             fsdp_fwd_s=fsdp_f, fsdp_bwd_s=fsdp_b,
+            **_interference(model, p, bwd, [float(c.bytes) for c in dp_ar[s]]),
             **_host_fields(model, p, fwd_s, bwd_s, mp_total(p, "fwd", p.mp_allreduces_fwd),
                            mp_total(p, "bwd", p.mp_allreduces_bwd),
                            upd[p.optimizer] + (p.grad_accum_count * upd[p.grad_accum] if p.grad_accum else 0.0),

@@ -19,11 +19,14 @@ class SimOptions:
     # Gradient buckets become ready during the last backward (Megatron-LM's overlap_grad_reduce)
     # instead of after it (DeepSpeed's pipeline engine, GPT-NeoX: the paper's framework).
     overlap_dp: bool = False
+    # Compute and a DP all-reduce running at once on a GPU slow each other, by the profile's
+    # measured factors (sim.costs.StageCost.interference_*); no effect without them.
+    interference: bool = True
 
 
-IDEAL = SimOptions(False, False, False, False)
-REALISTIC = SimOptions(True, True, True, True)
-SWITCHES = ("own_stage_times", "p2p_transfers", "bucketed_dp", "contention")
+IDEAL = SimOptions(False, False, False, False, interference=False)
+REALISTIC = SimOptions(True, True, True, True, interference=True)
+SWITCHES = ("own_stage_times", "p2p_transfers", "bucketed_dp", "contention", "interference")
 
 
 def options_for(mode: SimMode, overlap_dp: bool = False) -> SimOptions:

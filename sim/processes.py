@@ -140,10 +140,20 @@ def compute_step(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, sc:
     t0 = env.now
     done = 0.0
     first = 0
+    # interference: the stage's DP all-reduces that run during this backward slow it (and are
+    # slowed by it); the compute they cost accrues in busy[2] and is paid at each piece's end
+    busy = ctx.dp_sync[lane.stage].busy if ready_buckets and ctx.opts.interference else None
+    paid = 0.0
+    if busy is not None:
+        busy[1] += 1
+        paid = busy[2]
     for frac, upto in releases:
         share = frac - done
         done = frac
         yield env.timeout(sc.compute_s * lane.factor(ctx) * share)
+        if busy is not None and busy[2] > paid:
+            owed, paid = busy[2] - paid, busy[2]
+            yield env.timeout(owed)
         t1 = env.now
         tally.compute += t1 - t0
         if lane.track is not None:
@@ -171,6 +181,8 @@ def compute_step(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, sc:
                 sync.bucket_ready[k].arrive()
             first = upto
         t0 = env.now
+    if busy is not None:
+        busy[1] -= 1
 
 
 def _releases(ready: tuple[float, ...], n_buckets: int, overlap: bool) -> tuple[tuple[float, int], ...]:
@@ -293,11 +305,19 @@ def dp_allreduce_process(env: simpy.Environment, ctx: Build, s: int) -> Process:
     sync: StageSync = ctx.dp_sync[s]
     routes = ctx.routes
     track = _collectives_track(ctx, s)
-    for k, base in enumerate(ctx.costs.stages[s].dp_bucket_s):
+    st = ctx.costs.stages[s]
+    on = ctx.opts.interference
+    for k, base in enumerate(st.dp_bucket_s):
         yield sync.bucket_ready[k].event
         t0 = env.now
         rates = routes.dp_ar.get((s, k)) if routes else None
-        yield comm(ctx, base, rates, DP_AR, s)
+        # A bucket that starts while the backward computes shares the GPUs with it: it runs slower
+        # (interference_dp), and for as long as it runs the compute does 1/interference_compute of
+        # its work, a loss the backward pays (busy[2]; see compute_step).
+        overlapped = on and sync.busy[1] > 0
+        yield comm(ctx, base * (st.interference_dp if overlapped else 1.0), rates, DP_AR, s)
+        if overlapped:
+            sync.busy[2] += (env.now - t0) * (1.0 - 1.0 / st.interference_compute)
         if track is not None and ctx.recorder is not None:
             ctx.recorder.span(track, f"all-reduce bucket {k}", "dp_allreduce", t0, env.now)
     sync.ar_done.succeed()
