@@ -25,7 +25,8 @@ sharded parameters and the activations of the sharded operators by ``mp`` (the f
 residual input and the bf16 inputs of the two column-parallel linears, 8 of the 39 bytes,
 stay whole); a pipeline stage holds its own layers, and under 1F1B stage ``s`` keeps
 ``min(pp - s, m)`` micro-batches in flight (GPipe: all m); DDP keeps a second fp32 copy of
-the gradients in its buckets (``gradient_as_bucket_view=False``, the default); FSDP2 keeps
+the gradients in its buckets (``gradient_as_bucket_view=False``, the default) and, when
+micro-batches accumulate under ``no_sync``, a third during the synced backward; FSDP2 keeps
 1/dp of the weights, gradients and optimizer states plus the unsharded fp32 parameters of the
 layer computing, the one prefetched and the root, and one layer's unsharded gradients.
 """
@@ -114,7 +115,10 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
                               + 2.0 * _linear_params(model, min(2, n), v, mp, plan.role.has_head),
                               grads=4.0 * params / units.ranks + layer_b, optimizer=8.0 * params / units.ranks,
                               activations=acts, stage=plan.index)
-    grads = 4.0 * params * (2 if par.dp > 1 else 1)
+    # DDP: its reducer's bucket is a second fp32 copy; with no_sync accumulation (m > 1) the synced
+    # backward also holds the new gradient beside the accumulated .grad and the bucket: 3 copies
+    # (measured on 2 and 4 H100s: +8.0 bytes per parameter over one GPU at m = 4, three shapes)
+    grads = 4.0 * params * ((3 if m > 1 else 2) if par.dp > 1 else 1)
     return MemoryEstimate(weights=4.0 * params + 2.0 * _linear_params(model, n, v, mp, plan.role.has_head),
                           grads=grads, optimizer=8.0 * params, activations=acts, stage=plan.index,
                           not_together=min(4.0 * params, acts) if m == 1 else 0.0)

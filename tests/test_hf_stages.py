@@ -106,7 +106,7 @@ def test_interleaved_schedule_is_refused_for_hf():
         build_stage_plans(MODEL, _tr(), Parallelism(pp=2, schedule="interleaved-1f1b", virtual_stages=2))
 
 
-def test_memory_shrinks_with_tensor_and_pipeline_parallelism_and_ddp_adds_its_buckets():
+def test_memory_shrinks_with_tensor_and_pipeline_parallelism_and_ddp_adds_its_copies():
     tr = _tr(b=4, m=4)
 
     def mem(par):
@@ -115,7 +115,11 @@ def test_memory_shrinks_with_tensor_and_pipeline_parallelism_and_ddp_adds_its_bu
     one = mem(Parallelism())
     assert mem(Parallelism(mp=2)) < one and mem(Parallelism(pp=2)) < one
     (plan,) = build_stage_plans(MODEL, tr, Parallelism(dp=2))
-    assert mem(Parallelism(dp=2)) == pytest.approx(one + 4.0 * plan.params)
+    assert mem(Parallelism(dp=2)) == pytest.approx(one + 8.0 * plan.params)  # bucket + new gradient (m > 1)
+    tr1 = _tr(b=4, m=1)
+    (p1,) = build_stage_plans(MODEL, tr1, Parallelism(dp=2))
+    single = memory_per_gpu(MODEL, tr1, Parallelism(), build_stage_plans(MODEL, tr1, Parallelism())).total
+    assert memory_per_gpu(MODEL, tr1, Parallelism(dp=2), p1).total == pytest.approx(single + 4.0 * p1.params)
 
 
 def test_ddp_buckets_are_all_reduced_while_the_last_backward_runs():
