@@ -154,7 +154,7 @@ def build_hf_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism) -
         segments: list[GradSegment] = []
         if role.has_head:
             segments.append(GradSegment((vocab_params, d, d), tuple(counted(tail, 1))))
-        layer = GradSegment(hf_layer_tensors(d, f, mp), tuple(counted(enc, 1)), tuple(counted(rec, 1)))
+        layer = GradSegment(hf_layer_tensors(d, f, mp), tuple(counted(enc, 1)), tuple(counted(rec, 1)), layer=True)
         segments += [layer] * n
         if role.has_embedding:
             segments.append(GradSegment((vocab_params,), tuple(counted(head, 1))))

@@ -41,6 +41,7 @@ class GradSegment:
     tensors: tuple[int, ...]
     ops: tuple[OpCount, ...]
     recompute: tuple[OpCount, ...] = ()
+    layer: bool = False  # one transformer layer (FSDP shards per layer); else embedding or head
 
     @property
     def params(self) -> int:

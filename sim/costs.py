@@ -177,7 +177,7 @@ def _fsdp_exposed(plan: StagePlan, ag_layer: float, rs_layer: float, ag_root: fl
     reduce-scatters. In the backward a layer's all-gather and the previous layer's reduce-scatter
     share the communicator, so they queue. Layers are taken as equal (one GradSegment's compute).
     """
-    layers = [g for g in plan.grad_segments if len(g.tensors) > 3]  # the per-layer segments
+    layers = [g for g in plan.grad_segments if g.layer]
     n = len(layers)
     if n == 0:
         return ag_root, rs_root
