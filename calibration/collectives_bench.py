@@ -50,6 +50,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from trainsim.calibration.harness import TorchUnavailable, import_torch
 from trainsim.calibration.samples import META_FILE, CollectiveSample, SampleWriter, read_meta
@@ -316,6 +317,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def torchrun_world(args: argparse.Namespace, what: str, launch: list[str]) -> tuple[Any, Any, int, int, Any, str]:
+    """(torch, torch.distributed, world, rank, device, backend) of a benchmark running inside torchrun.
+
+    Outside torchrun (no WORLD_SIZE) a ConfigError shows ``launch``; fewer than 2 ranks, or a
+    ``--backend`` the machine lacks, is refused. The CUDA device is the process's LOCAL_RANK.
+    """
+    if "WORLD_SIZE" not in os.environ:
+        raise ConfigError("WORLD_SIZE", "not set: launch under torchrun, e.g. " + " ".join(launch))
+    torch = import_torch()
+    import torch.distributed as dist
+
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    if world < 2:
+        raise ConfigError("--nproc-per-node", f"{what} need at least 2 processes")
+    use_cuda = args.backend == "nccl" or (args.backend == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+        return torch, dist, world, rank, device, "nccl" if args.backend != "gloo" else "gloo"
+    return torch, dist, world, rank, torch.device("cpu"), "gloo"
+
+
 def run(args: argparse.Namespace) -> int:
     """Measure under an already-launched torchrun world (reads RANK / WORLD_SIZE / LOCAL_RANK)."""
     ensure_multicast_off()
@@ -324,22 +347,8 @@ def run(args: argparse.Namespace) -> int:
              else message_sizes(args.min_bytes, args.max_bytes, args.per_octave))
     if args.iters < 1 or args.warmup < 0:
         raise ConfigError("--iters", "need iters >= 1 and warmup >= 0")
-    if "WORLD_SIZE" not in os.environ:
-        raise ConfigError("WORLD_SIZE", "not set: launch under torchrun, e.g. "
-                          + " ".join(launch_command(2, args.out)))
-    torch = import_torch()
-    import torch.distributed as dist
-
-    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
-    if world < 2:
-        raise ConfigError("--nproc-per-node", "collectives need at least 2 processes")
-    use_cuda = args.backend == "nccl" or (args.backend == "auto" and torch.cuda.is_available())
-    if use_cuda:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        torch.cuda.set_device(device)
-        backend = "nccl" if args.backend != "gloo" else "gloo"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
+    torch, dist, world, rank, device, backend = torchrun_world(args, "collectives", launch_command(2, args.out))
+    use_cuda = device.type == "cuda"
     groups = _parse_ints(args.groups, "--groups") if args.groups else group_sizes(world)
     for g in groups:
         if g < 2 or world % g:
@@ -405,10 +414,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    code = main()
+def exit_skipping_teardown(code: int) -> None:
+    """Flush and leave without interpreter teardown: torch's gloo threads occasionally abort while
+    Python unwinds ("terminate called without an active exception", torch 2.13 on the CPU), after
+    every row is written, which would fail a complete run. For the scripts run under torchrun."""
     sys.stdout.flush()
     sys.stderr.flush()
-    # skip interpreter teardown: torch's gloo threads occasionally abort while Python unwinds
-    # (seen with torch 2.13 on the CPU), after every row is written
     os._exit(code)
+
+
+if __name__ == "__main__":
+    exit_skipping_teardown(main())

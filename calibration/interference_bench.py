@@ -79,8 +79,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainsim.calibration.collectives_bench import MULTICAST_OFF, ensure_multicast_off
-from trainsim.calibration.harness import TorchUnavailable, import_torch
+from trainsim.calibration.collectives_bench import (
+    MULTICAST_OFF,
+    ensure_multicast_off,
+    exit_skipping_teardown,
+    torchrun_world,
+)
+from trainsim.calibration.harness import TorchUnavailable
 from trainsim.calibration.interference import (
     COLLECTIVES,
     COLUMNS,
@@ -667,23 +672,10 @@ def run(args: argparse.Namespace) -> int:
     _check_numbers(args)
     computes_wanted = _names(args.computes, "--computes", KINDS)
     colls = _names(args.collectives, "--collectives", COLLECTIVES)
-    if "WORLD_SIZE" not in os.environ:
-        raise ConfigError("WORLD_SIZE", "not set: launch under torchrun, e.g. "
-                          + " ".join(launch_command(2, args.out)))
-    torch = import_torch()
-    import torch.distributed as dist
-
-    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
-    if world < 2:
-        raise ConfigError("--nproc-per-node", "interference needs at least 2 processes")
-    use_cuda = args.backend == "nccl" or (args.backend == "auto" and torch.cuda.is_available())
-    if use_cuda:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        torch.cuda.set_device(device)
-        backend = "nccl" if args.backend != "gloo" else "gloo"
-        defaults = GPU_DEFAULTS
-    else:
-        device, backend, defaults = torch.device("cpu"), "gloo", CPU_DEFAULTS
+    torch, dist, world, rank, device, backend = torchrun_world(args, "interference measurements",
+                                                               launch_command(2, args.out))
+    use_cuda = device.type == "cuda"
+    defaults = GPU_DEFAULTS if use_cuda else CPU_DEFAULTS
     computes = {"gemm": _shapes(args.gemms or defaults["gemms"], "--gemms", 3),
                 "attention": _shapes(args.attention or defaults["attention"], "--attention", 4),
                 "memory": [(s[0],) for s in _shapes(args.memory_mib or defaults["memory_mib"], "--memory-mib", 1)]}
@@ -785,9 +777,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # skip interpreter teardown: torch's gloo threads occasionally abort while Python unwinds
-    # (seen with torch 2.13 on the CPU), after every row is written
-    os._exit(code)
+    exit_skipping_teardown(main())

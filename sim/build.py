@@ -109,6 +109,14 @@ class Barrier:
             self.event.succeed()
 
 
+@dataclass(slots=True)
+class Overlap:
+    """What the interference model needs of a stage's last backward and its DP all-reduces."""
+
+    computing: int = 0  # replicas in their last backward
+    lost_s: float = 0.0  # compute seconds the overlapping all-reduces have cost each of them so far
+
+
 @dataclass(frozen=True, slots=True)
 class StageSync:
     """A stage's bucketed DP collectives: a rendezvous of all replicas per bucket and for the all-gather."""
@@ -117,9 +125,7 @@ class StageSync:
     ar_done: simpy.Event
     ag_ready: Barrier
     ag_done: simpy.Event
-    # for the interference model: [unused, replicas in their last backward, compute seconds the
-    # overlapping all-reduces have cost each of them so far]
-    busy: list[float] = field(default_factory=lambda: [0, 0, 0.0])
+    overlap: Overlap = field(default_factory=Overlap)
 
 
 @dataclass(frozen=True)

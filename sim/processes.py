@@ -141,18 +141,18 @@ def compute_step(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, sc:
     done = 0.0
     first = 0
     # interference: the stage's DP all-reduces that run during this backward slow it (and are
-    # slowed by it); the compute they cost accrues in busy[2] and is paid at each piece's end
-    busy = ctx.dp_sync[lane.stage].busy if ready_buckets and ctx.opts.interference else None
+    # slowed by it); the compute they cost accrues in overlap.lost_s and is paid at each piece's end
+    overlap = ctx.dp_sync[lane.stage].overlap if ready_buckets and ctx.opts.interference else None
     paid = 0.0
-    if busy is not None:
-        busy[1] += 1
-        paid = busy[2]
+    if overlap is not None:
+        overlap.computing += 1
+        paid = overlap.lost_s
     for frac, upto in releases:
         share = frac - done
         done = frac
         yield env.timeout(sc.compute_s * lane.factor(ctx) * share)
-        if busy is not None and busy[2] > paid:
-            owed, paid = busy[2] - paid, busy[2]
+        if overlap is not None and overlap.lost_s > paid:
+            owed, paid = overlap.lost_s - paid, overlap.lost_s
             yield env.timeout(owed)
         t1 = env.now
         tally.compute += t1 - t0
@@ -181,16 +181,23 @@ def compute_step(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, sc:
                 sync.bucket_ready[k].arrive()
             first = upto
         t0 = env.now
-    if busy is not None:
-        busy[1] -= 1
+    if overlap is not None:
+        overlap.computing -= 1
 
 
 def _releases(ready: tuple[float, ...], n_buckets: int, overlap: bool) -> tuple[tuple[float, int], ...]:
     """(fraction of the last backward, buckets ready by then) at each point where buckets become
     ready, ending at (1.0, n_buckets)."""
-    if ready:
-        fracs = sorted(set(ready) | {1.0})  # in [0, 1] by construction (sim.costs._segment_ends)
-        return tuple((f, sum(1 for r in ready if r <= f)) for f in fracs)
+    if ready:  # non-decreasing and in [0, 1] by construction (sim.costs._segment_ends)
+        out: list[tuple[float, int]] = []
+        for k, f in enumerate(ready, start=1):
+            if out and out[-1][0] == f:
+                out[-1] = (f, k)
+            else:
+                out.append((f, k))
+        if out[-1][0] < 1.0:
+            out.append((1.0, len(ready)))
+        return tuple(out)
     if overlap and n_buckets:
         return tuple(((k + 1) / n_buckets, k + 1) for k in range(n_buckets))
     return ((1.0, n_buckets),)
@@ -313,11 +320,11 @@ def dp_allreduce_process(env: simpy.Environment, ctx: Build, s: int) -> Process:
         rates = routes.dp_ar.get((s, k)) if routes else None
         # A bucket that starts while the backward computes shares the GPUs with it: it runs slower
         # (interference_dp), and for as long as it runs the compute does 1/interference_compute of
-        # its work, a loss the backward pays (busy[2]; see compute_step).
-        overlapped = on and sync.busy[1] > 0
+        # its work, a loss the backward pays (Overlap.lost_s; see compute_step).
+        overlapped = on and sync.overlap.computing > 0
         yield comm(ctx, base * (st.interference_dp if overlapped else 1.0), rates, DP_AR, s)
         if overlapped:
-            sync.busy[2] += (env.now - t0) * (1.0 - 1.0 / st.interference_compute)
+            sync.overlap.lost_s += (env.now - t0) * (1.0 - 1.0 / st.interference_compute)
         if track is not None and ctx.recorder is not None:
             ctx.recorder.span(track, f"all-reduce bucket {k}", "dp_allreduce", t0, env.now)
     sync.ar_done.succeed()

@@ -685,10 +685,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip interpreter teardown: on the CPU, torch 2.13's gloo threads occasionally abort
-    # ("terminate called without an active exception") while Python unwinds, after all work
-    # and output is done, which would fail an otherwise complete run.
-    os._exit(code)
+    from trainsim.calibration.collectives_bench import exit_skipping_teardown
+
+    exit_skipping_teardown(main())

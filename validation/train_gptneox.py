@@ -38,24 +38,15 @@ COLUMNS = ("name", "hidden", "heads", "layers", "seq_len", "micro_batch", "micro
 def run_config(row: dict, warmup: int, iters: int) -> dict:
     import torch
     import transformers
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+    from train_hf_parallel import Shape, build_model  # the one GPT-NeoX builder of both trainers
 
     d, h, n = int(row["hidden"]), int(row["heads"]), int(row["layers"])
     l, b, m = int(row["seq_len"]), int(row["micro_batch"]), int(row["micro_batches"])
     recompute = row["recompute"] == "full"
     dev = torch.device("cuda")
-    cfg = GPTNeoXConfig(vocab_size=VOCAB, hidden_size=d, num_hidden_layers=n, num_attention_heads=h,
-                        intermediate_size=4 * d, max_position_embeddings=max(l, 2048), hidden_dropout=0.0,
-                        attention_dropout=0.0, use_cache=False, tie_word_embeddings=False)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    with dev:
-        model = GPTNeoXForCausalLM(cfg)
-    model.config._attn_implementation = "sdpa"
-    model.train()
+    model = build_model(torch, Shape(row["name"], d, h, n, l, b, m), VOCAB, dev)
     if recompute:
         model.gradient_checkpointing_enable()
-    assert next(model.parameters()).dtype == torch.float32
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     gen = torch.Generator(device=dev).manual_seed(1)
     xs = [torch.randint(0, VOCAB, (b, l), device=dev, generator=gen) for _ in range(m)]

@@ -352,6 +352,17 @@ class Env:
         if self.cuda:
             self.torch.cuda.synchronize(self.device)
 
+    def timed_step(self, trainer: Trainer) -> tuple[float, Any]:
+        """One iteration between barriers with the GPU drained on both sides: (the slowest rank's
+        seconds, the step's result)."""
+        self.barrier()
+        self.sync()
+        t0 = time.perf_counter()
+        res = trainer.step()
+        self.sync()
+        self.barrier()
+        return time.perf_counter() - t0, res
+
     def mesh(self, shape: tuple[int, ...], names: tuple[str, ...]):
         """The device mesh of this shape and dim names, created once per run and then reused.
 
@@ -572,13 +583,7 @@ def _measure(env: Env, trainer: Trainer, layout: Layout, shape: Shape, args) -> 
     times: list[float] = []
     first = None
     for it in range(args.warmup + args.iters):
-        env.barrier()
-        env.sync()
-        t0 = time.perf_counter()
-        res = trainer.step()
-        env.sync()
-        env.barrier()
-        dt = time.perf_counter() - t0
+        dt, res = env.timed_step(trainer)
         if it == 0:
             first = res
             if args.dump:
@@ -692,13 +697,7 @@ def _profile(env: Env, trainer: Trainer) -> dict | None:
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if env.cuda else [])
     ctx = profile(activities=acts) if env.rank == 0 else contextlib.nullcontext()
     with ctx as prof:
-        env.barrier()
-        env.sync()
-        t0 = time.perf_counter()
-        trainer.step()
-        env.sync()
-        env.barrier()
-        wall = time.perf_counter() - t0
+        wall, _ = env.timed_step(trainer)
     if env.rank != 0:
         return None
     with tempfile.TemporaryDirectory() as tmp:
@@ -912,9 +911,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip interpreter teardown (docs/multi_gpu.md): on the CPU, torch 2.13's gloo threads
-    # occasionally abort while Python unwinds, after all work and output is done.
-    os._exit(code)
+    from trainsim.calibration.collectives_bench import exit_skipping_teardown
+
+    exit_skipping_teardown(main())
