@@ -17,6 +17,11 @@ without the forward and without accumulation into ``.grad`` (that is the separat
 ``hf_grad_accum`` operator). Shapes are the per-MP-rank shapes of an :class:`Op`,
 so an mp > 1 shape is measured on one GPU, as the paper does.
 
+The FP8 kinds (``fp8_linear1..4``, ``fp8_cast``) are not autograd graphs: Transformer Engine's
+GEMMs are ``torch._scaled_mm`` calls on operands already in FP8 (the casts are ``fp8_cast``,
+priced separately), forward one GEMM, backward the two (dgrad and wgrad); see :func:`_fp8_bench`.
+They need a CUDA GPU of compute capability 8.9+ (:func:`fp8_unsupported`).
+
 torch is imported lazily: ``import calibration`` works without it.
 """
 
@@ -31,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from trainsim.operators.errors import ConfigError
-from trainsim.operators.ops import Direction, Op, OpKind, hf_params
+from trainsim.operators.ops import FP8_OF, Direction, Op, OpKind, hf_params
 from trainsim.operators.partition import padded_vocab
 
 L2_BYTES_DEFAULT = 50 * 2**20  # H100 SXM
@@ -86,6 +91,10 @@ class Env:
     gen: Any
     l2_bytes: int = L2_BYTES_DEFAULT
     keep: list = field(default_factory=list)
+    # FP8 kinds: None detects (CUDA, compute capability 8.9+, torch's float8 types and _scaled_mm);
+    # True forces them (the CPU tests run the bodies on CPU _scaled_mm), False refuses them
+    fp8: bool | None = None
+    notes: dict = field(default_factory=dict)  # implementation choices recorded into meta.json
 
     def randn(self, *shape: int, dtype=None, grad: bool = False, scale: float = 1.0):
         # drawn on the device itself: a CPU draw of a 2-billion-parameter optimizer state takes minutes
@@ -157,14 +166,8 @@ def _body(op: Op, env: Env) -> tuple[Callable[[], dict], Callable[[dict], Any], 
     if k is OpKind.RMSNORM:
         return (lambda: {"x": r(b, l, d, grad=True), "w": r(d, grad=True)},
                 lambda t: F.rms_norm(t["x"], (d,), t["w"], 1e-5), False)
-    if k is OpKind.LINEAR1:
-        return linear(d, 3 * d // mp)
-    if k is OpKind.LINEAR2:
-        return linear(d // mp, d)
-    if k is OpKind.LINEAR3:
-        return linear(d, f // mp)
-    if k is OpKind.LINEAR4:
-        return linear(f // mp, d)
+    if k in GEMM_KINDS:  # Megatron's column- and row-parallel linears at one rank
+        return linear(*gemm_dims(op)[1:])
     if k is OpKind.LINEAR_FINAL:
         return linear(d, v // mp, bias=False)
     # hf kinds at mp > 1: one rank's shard under PyTorch's DTensor Megatron plan (operators.ops)
@@ -211,6 +214,11 @@ def _body(op: Op, env: Env) -> tuple[Callable[[], dict], Callable[[dict], Any], 
                 lambda t: F.scaled_dot_product_attention(t["q"], t["k"], t["v"], is_causal=True), False)
     if k is OpKind.GELU:
         return lambda: {"x": r(b, l, f // mp, grad=True)}, lambda t: F.gelu(t["x"]), False
+    if k is OpKind.SWIGLU:  # Megatron's (unfused) swiglu: the fused gate-and-up output halved
+        def swiglu(t):
+            gate, up = t["x"].chunk(2, dim=-1)
+            return F.silu(gate) * up
+        return lambda: {"x": r(b * l, 2 * (f // mp), grad=True)}, swiglu, False
     if k is OpKind.RES_ADD:
         return lambda: {"x": r(b, l, d, grad=True), "y": r(b, l, d, grad=True)}, lambda t: t["x"] + t["y"], False
     if k is OpKind.HF_RESIDUAL:
@@ -287,6 +295,163 @@ def _kernel_bench(op: Op, direction: Direction, env: Env) -> Bench:
     return Bench(run_bwd, len(graphs), nbytes)
 
 
+# ----------------------------------------------------------------------------- FP8 kinds (Transformer Engine)
+
+GEMM_KINDS = (OpKind.LINEAR1, OpKind.LINEAR2, OpKind.LINEAR3, OpKind.LINEAR4)
+FP8_GEMM_KINDS = tuple(FP8_OF[k] for k in GEMM_KINDS)
+FP8_KINDS = FP8_GEMM_KINDS + (OpKind.FP8_CAST,)
+_BF16_GEMM = {fp8: bf16 for bf16, fp8 in FP8_OF.items()}
+E4M3_MAX = 448.0  # largest float8_e4m3fn
+E5M2_MAX = 57344.0  # largest float8_e5m2
+FP8_ALIGN = 16  # _scaled_mm (cuBLASLt FP8) needs every GEMM dimension a multiple of 16
+
+
+def gemm_dims(op: Op) -> tuple[int, int, int]:
+    """(tokens, k, n) of an encoder GEMM kind (bf16 or FP8) on one rank: [tokens, k] x [k, n]."""
+    d, mp, f = op.d, op.mp, op.ffn
+    k = _BF16_GEMM.get(op.kind, op.kind)
+    kn = {OpKind.LINEAR1: (d, op.qkv // mp), OpKind.LINEAR2: (d // mp, d), OpKind.LINEAR3: (d, f // mp),
+          OpKind.LINEAR4: (f // mp, d)}[k]
+    return (op.b * op.l, *kn)
+
+
+def _up16(n: int) -> int:
+    return -(-n // FP8_ALIGN) * FP8_ALIGN
+
+
+def fp8_gemm_operands(op: Op, direction: Direction) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The operands (shape, dtype name) of one FP8 GEMM bench, every row-major as stored.
+
+    Dimensions are rounded up to multiples of 16 (the sampling plan's shapes already are). Forward:
+    ``x [T, K] e4m3 @ w [N, K]^T e4m3 + bias -> [T, N]``. Backward, the two GEMMs of Transformer
+    Engine on Hopper (FP8 GEMMs take only the TN layout, so it keeps transposed FP8 copies, made by
+    its fused cast-transpose): dgrad ``g [T, N] e5m2 @ w_t [K, N]^T e4m3 -> [T, K]`` and wgrad
+    ``g_t [N, T] e5m2 @ x_t [K, T]^T e4m3 -> [N, K]``.
+    """
+    t, k, n = (_up16(x) for x in gemm_dims(op))
+    e4, e5 = "float8_e4m3fn", "float8_e5m2"
+    if direction is Direction.FWD:
+        return {"x": ((t, k), e4), "w": ((n, k), e4), "bias": ((n,), "half")}
+    return {"g": ((t, n), e5), "w_t": ((k, n), e4), "g_t": ((n, t), e5), "x_t": ((k, t), e4)}
+
+
+def fp8_unsupported(env: Env) -> str | None:
+    """Why the FP8 kinds cannot be measured in ``env`` (None: they can)."""
+    torch = env.torch
+    if env.fp8 is False:
+        return "FP8 is switched off for this run"
+    missing = [n for n in ("float8_e4m3fn", "float8_e5m2", "_scaled_mm") if not hasattr(torch, n)]
+    if missing:
+        return f"torch {torch.__version__} has no " + ", ".join(f"torch.{n}" for n in missing)
+    if env.fp8:
+        return None
+    if env.device.type != "cuda":
+        return f"they need a CUDA GPU of compute capability 8.9 or newer (Ada, Hopper), not {env.device.type}"
+    major, minor = torch.cuda.get_device_capability(env.device)
+    if (major, minor) < (8, 9):
+        return (f"they need a CUDA GPU of compute capability 8.9 or newer (Ada, Hopper); "
+                f"{torch.cuda.get_device_name(env.device)} is {major}.{minor}")
+    return None
+
+
+def require_fp8(env: Env, kinds: Iterable[OpKind]) -> None:
+    """Raise a ConfigError naming --ops when ``kinds`` hold FP8 kinds that ``env`` cannot run."""
+    asked = sorted({k.value for k in kinds if k in FP8_KINDS})
+    if not asked:
+        return
+    why = fp8_unsupported(env)
+    if why:
+        raise ConfigError("--ops", f"cannot measure {', '.join(asked)} here: {why}; leave the fp8_* kinds out")
+
+
+def _scaled_mm(torch, a, b, scale_a, scale_b, out_dtype, bias=None, fast: bool = False):
+    out = torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=out_dtype,
+                           use_fast_accum=fast)
+    return out[0] if isinstance(out, tuple) else out  # torch < 2.4 also returned the amax
+
+
+def _fp8_bench(op: Op, direction: Direction, env: Env) -> Bench:
+    """An FP8 kind: its operands are made (and quantized) untimed; a run is the GEMM(s) or the cast.
+
+    Forward GEMMs use fast accumulation and the backward ones split accumulation, Transformer
+    Engine's defaults (``use_split_accumulator`` False for fprop, True for dgrad and wgrad). The
+    outputs, dgrad and wgrad included, are in the run's half type. A cast is Transformer Engine's
+    current scaling: the absolute maximum, the scale (format maximum / amax), the scaled cast.
+    """
+    require_fp8(env, (op.kind,))
+    torch = env.torch
+    dev = env.device
+    f32 = torch.float32
+    if op.kind is OpKind.FP8_CAST:
+        return _fp8_cast_bench(op, direction, env)
+    names = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2, "half": env.dtype}
+    operands = fp8_gemm_operands(op, direction)
+
+    def make() -> dict:
+        t = {}
+        for name, (shape, dt) in operands.items():
+            scale = 0.02 if name == "bias" else 1.0
+            t[name] = env.randn(*shape, dtype=names[dt], scale=scale)
+        return t
+
+    first = make()
+    nbytes = _nbytes(first.values())
+    sets = [first] + [make() for _ in range(_sets_for(nbytes, env.l2_bytes) - 1)]
+    # per-tensor dequantization scales (Transformer Engine's scale_inv: amax / format maximum)
+    s_x, s_w, s_g = (torch.full((), v, dtype=f32, device=dev) for v in (4.0 / E4M3_MAX, 4.0 / E4M3_MAX,
+                                                                         4.0 / E5M2_MAX))
+    out = env.dtype
+
+    if direction is Direction.FWD:
+        def fprop(i):
+            t = sets[i]
+            return _scaled_mm(torch, t["x"], t["w"].t(), s_x, s_w, out, bias=t["bias"], fast=True)
+        return Bench(fprop, len(sets), nbytes)
+
+    def dgrad_wgrad(i):
+        t = sets[i]
+        dgrad = _scaled_mm(torch, t["g"], t["w_t"].t(), s_g, s_w, out)
+        wgrad = _scaled_mm(torch, t["g_t"], t["x_t"].t(), s_g, s_x, out)
+        return dgrad, wgrad
+    return Bench(dgrad_wgrad, len(sets), nbytes)
+
+
+def _fp8_cast_bench(op: Op, direction: Direction, env: Env) -> Bench:
+    """``fp8_cast``: a bf16 [b*l, d] tensor to float8_e4m3fn (forward: GEMM inputs) or float8_e5m2
+    (backward: output gradients) with a per-tensor scale: ``amax = max |x|`` (one reduction),
+    ``scale = fmax / amax``, then the scaled cast, written straight into FP8 (``torch.mul`` with an
+    FP8 ``out=``; where torch cannot, ``(x * scale).to(fp8)``, noted in meta.json)."""
+    torch = env.torch
+    fmt, fmax = ((torch.float8_e4m3fn, E4M3_MAX) if direction is Direction.FWD
+                 else (torch.float8_e5m2, E5M2_MAX))
+    rows, width = op.b * op.l, op.d
+    fmax_t = torch.full((), fmax, dtype=torch.float32, device=env.device)
+    inf = float("inf")
+
+    def make() -> dict:
+        return {"x": env.randn(rows, width), "q": torch.empty(rows, width, dtype=fmt, device=env.device)}
+
+    def fused(t):
+        scale = torch.div(fmax_t, torch.linalg.vector_norm(t["x"], inf))
+        return torch.mul(t["x"], scale, out=t["q"])
+
+    def two_step(t):
+        scale = torch.div(fmax_t, torch.linalg.vector_norm(t["x"], inf))
+        return (t["x"] * scale).to(fmt)
+
+    first = make()
+    if "fp8_cast" not in env.notes:
+        try:
+            fused(first)
+            env.notes["fp8_cast"] = "vector_norm(inf), div, mul(out=float8)"
+        except (RuntimeError, TypeError):
+            env.notes["fp8_cast"] = "vector_norm(inf), div, mul, to(float8)"
+    cast = fused if "out=" in env.notes["fp8_cast"] else two_step
+    nbytes = _nbytes(first.values())
+    sets = [first] + [make() for _ in range(_sets_for(nbytes, env.l2_bytes) - 1)]
+    return Bench(lambda i: cast(sets[i]), len(sets), nbytes)
+
+
 # ----------------------------------------------------------------------------- update kinds
 
 
@@ -352,6 +517,8 @@ def _update_bench(op: Op, env: Env) -> Bench:
 def build_bench(op: Op, direction: Direction, env: Env) -> Bench:
     if op.kind.is_optimizer:
         return _update_bench(op, env)
+    if op.kind in FP8_KINDS:
+        return _fp8_bench(op, direction, env)
     return _kernel_bench(op, direction, env)
 
 
@@ -483,6 +650,7 @@ def run_plan(
     """
     from trainsim.calibration.samples import ComputeSample, SampleWriter, read_meta
 
+    require_fp8(env, {o.kind for o, _ in plan})  # before anything is written
     out = Path(out_dir)
     writer = SampleWriter(out)
     meta_path = out / "meta.json"
@@ -522,5 +690,6 @@ def run_plan(
     finally:
         meta["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         meta["samples"] = len(done) + stats["measured"]
+        meta.update(env.notes)
         writer.write_meta(meta)
     return stats

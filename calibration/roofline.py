@@ -46,6 +46,10 @@ class RooflineProfile:
             if (direction is Direction.UPDATE) != op.kind.is_optimizer:
                 raise ConfigError("profile", f"roofline profile '{self.name}' has no {direction.value} "
                                              f"duration for operator {op.kind.value}")
+            if op.kind.value.startswith("fp8_"):
+                raise ConfigError("profile", f"roofline profile '{self.name}' has no FP8 rate (its peak is the "
+                                             f"bf16 datasheet figure); training.precision fp8 needs a profile "
+                                             f"with FP8 samples, e.g. h100-sxm-bf16")
             compute = flops(op, direction) / (self.peak_flops * self.compute_efficiency)
             memory = bytes_moved(op, direction) / (self.mem_bw * self.memory_efficiency)
             out[i] = self.launch_s + max(compute, memory)

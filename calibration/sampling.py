@@ -14,6 +14,14 @@ two. Points whose tensors would not fit in ``max_bytes`` are dropped (a 16 x 80-
 Exact operators of chosen configurations (e.g. the H100 validation runs) can be put
 at the front of the plan with ``include``; see docs/h100.md for why that is fair and
 for the held-out check.
+
+``swiglu`` and the FP8 kinds (``fp8_linear1..4``, ``fp8_cast``; ``--ops fp8`` names all five) are
+measured only when named in ``--ops``: the default plan (and ``all``, ``megatron``) keeps the kinds
+and row order it had before them. They take the shapes of their bf16 counterparts (``gelu``;
+``linear1..4``), the FP8 GEMMs with every dimension a multiple of 16 (already true on this grid;
+:func:`fp8_point` rounds a point up otherwise); ``fp8_cast`` is sampled at each width an encoder
+GEMM's input or output gradient has (d, d/mp, f/mp, qkv/mp and SwiGLU's 2f/mp) times b*l, in both
+directions (forward float8_e4m3fn, backward float8_e5m2).
 """
 
 from __future__ import annotations
@@ -27,8 +35,13 @@ from trainsim.operators.partition import padded_vocab
 from trainsim.operators.spec import ModelSpec, Parallelism, TrainingSpec
 from trainsim.operators.stages import build_stage_plans
 
+FP8_KINDS = (OpKind.FP8_LINEAR1, OpKind.FP8_LINEAR2, OpKind.FP8_LINEAR3, OpKind.FP8_LINEAR4, OpKind.FP8_CAST)
+#: kinds measured only when --ops names them (not in the default plan, nor in all / megatron)
+OPT_IN_KINDS = (OpKind.SWIGLU, *FP8_KINDS)
 HF_KINDS = tuple(k for k in OpKind if k.value.startswith("hf_"))
-MEGATRON_KINDS = tuple(k for k in OpKind if k not in HF_KINDS)
+MEGATRON_KINDS = tuple(k for k in OpKind if k not in HF_KINDS and k not in OPT_IN_KINDS)
+DEFAULT_KINDS = tuple(k for k in OpKind if k not in OPT_IN_KINDS)
+FP8_ALIGN = 16  # every dimension of an FP8 GEMM (torch._scaled_mm / cuBLASLt)
 HF_VOCAB = 50432  # GPT-NeoX-20B's padded vocabulary, as the validation model uses
 TOKENS_MAX = 40960  # b * l, the paper's largest (8 x 5120)
 
@@ -41,21 +54,28 @@ def directions(kind: OpKind) -> tuple[Direction, ...]:
 
 
 def parse_kinds(text: str | None) -> tuple[OpKind, ...]:
-    """``--ops linear1,gelu`` (or ``hf`` / ``megatron`` / ``all``) to operator kinds."""
+    """``--ops linear1,gelu`` (or ``hf`` / ``megatron`` / ``fp8`` / ``all``) to operator kinds.
+
+    ``all`` (the default) is every kind but :data:`OPT_IN_KINDS`, which must be named."""
     if not text or text == "all":
-        return tuple(OpKind)
+        return DEFAULT_KINDS
     out: list[OpKind] = []
     for name in (t.strip() for t in text.split(",") if t.strip()):
         if name == "hf":
             out += HF_KINDS
         elif name == "megatron":
             out += MEGATRON_KINDS
+        elif name == "fp8":
+            out += FP8_KINDS
+        elif name == "all":
+            out += DEFAULT_KINDS
         else:
             try:
                 out.append(OpKind(name))
             except ValueError:
                 known = ", ".join(k.value for k in OpKind)
-                raise ConfigError("--ops", f"unknown operator {name!r}; known: hf, megatron, {known}") from None
+                raise ConfigError("--ops", f"unknown operator {name!r}; known: all, hf, megatron, fp8, "
+                                           f"{known}") from None
     return tuple(dict.fromkeys(out))
 
 
@@ -80,6 +100,8 @@ def peak_bytes(op: Op) -> float:
         return 8.0 * v * d / mp + 16.0 * tokens * d
     if k is OpKind.HF_WEIGHT_CAST:
         return 12.0 * d * f / mp
+    if k is OpKind.FP8_CAST:  # d is the tensor's width: bf16 input, fp8 output (a spare set)
+        return 8.0 * tokens * d
     widest = max(3 * d, f) / mp
     return 24.0 * tokens * max(widest, d) + 12.0 * d * widest
 
@@ -93,8 +115,36 @@ def op_for(kind: OpKind, b: int, l: int, d: int, h: int, mp: int, layers: int, h
         return Op(kind, d=d, v=HF_VOCAB, layers=layers, mp=mp)
     if kind.is_optimizer:
         return Op(kind, d=d, mp=mp, layers=layers)
+    if kind in FP8_KINDS:
+        l, d, h = fp8_point(b, l, d, h, mp)  # noqa: E741
     v = HF_VOCAB if kind.value.startswith("hf_") else padded_vocab(50257, mp)
     return Op(kind, b=b, l=l, d=d, h=h, mp=mp, v=v)
+
+
+def fp8_point(b: int, l: int, d: int, h: int, mp: int) -> tuple[int, int, int]:
+    """(l, d, h) rounded up so that every FP8 GEMM dimension (b*l, d, d/mp, f/mp = 4d/mp, qkv/mp =
+    3d/mp) is a multiple of 16, keeping whole heads of the same size. No change on the Sobol grid
+    (l a multiple of 256, d of 512, mp <= 16)."""
+    hd = d // h
+    step = math.lcm(FP8_ALIGN * mp, hd)
+    d2 = -(-d // step) * step
+    return -(-l // FP8_ALIGN) * FP8_ALIGN, d2, d2 // hd
+
+
+def fp8_cast_widths(d: int, mp: int, f: int = 0, qkv: int = 0) -> tuple[int, ...]:
+    """The per-rank widths of the tensors Transformer Engine casts to FP8 in one encoder: GEMM inputs
+    (d, d/mp, f/mp) and output gradients (qkv/mp, d, f/mp or SwiGLU's 2f/mp), each once."""
+    f = f or 4 * d
+    qkv = qkv or 3 * d
+    return tuple(dict.fromkeys((d, d // mp, f // mp, qkv // mp, 2 * f // mp)))
+
+
+def ops_at(kind: OpKind, b: int, l: int, d: int, h: int, mp: int, layers: int, hf_tp: bool = False) -> list[Op]:
+    """The operators of ``kind`` sampled at one point: :func:`op_for`'s one, or ``fp8_cast`` at each
+    of :func:`fp8_cast_widths` (``Op.d`` is the cast tensor's width, as the stage plans build it)."""
+    if kind is OpKind.FP8_CAST:
+        return [Op(kind, b=b, l=l, d=w) for w in fp8_cast_widths(d, mp)]
+    return [op_for(kind, b, l, d, h, mp, layers, hf_tp)]
 
 
 def sobol_points(n: int, seed: int) -> list[tuple[int, int, int, int, int, int]]:
@@ -153,19 +203,18 @@ def sampling_plan(
     ``budget`` caps the number of (operator, direction) rows; without it ``points``
     Sobol points (default 256) are used. Shapes over ``max_bytes`` are skipped.
     """
-    kinds = tuple(kinds) if kinds else tuple(OpKind)
+    kinds = tuple(kinds) if kinds else DEFAULT_KINDS
     if budget is not None and budget < 1:
         raise ConfigError("--budget", f"must be a positive number of samples, got {budget}")
     wanted = set(kinds)
     plan: list[tuple[Op, Direction]] = [(o, dd) for o, dd in include if o.kind in wanted and peak_bytes(o) <= max_bytes]
     if points is None:
-        per_point = sum(len(directions(k)) for k in kinds)
+        per_point = sum(len(directions(k)) * (5 if k is OpKind.FP8_CAST else 1) for k in kinds)
         points = 256 if budget is None else max(1, math.ceil(max(budget - len(plan), 0) / max(per_point, 1)) + 1)
     for b, l, d, h, mp, layers in sobol_points(points, seed):
         for kind in kinds:
-            op = op_for(kind, b, l, d, h, mp, layers, hf_tp)
-            if peak_bytes(op) > max_bytes:
-                continue
-            plan.extend((op, dd) for dd in directions(kind))
+            for op in ops_at(kind, b, l, d, h, mp, layers, hf_tp):
+                if peak_bytes(op) <= max_bytes:
+                    plan.extend((op, dd) for dd in directions(kind))
     plan = list(dict.fromkeys(plan))
     return plan[:budget] if budget is not None else plan

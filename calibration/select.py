@@ -53,8 +53,9 @@ DEFAULT_CANDIDATES: tuple[tuple[str, dict], ...] = (
 
 MIN_SAMPLES_FOR_SPLIT = 10  # below this the 20% holds too few rows to rank candidates
 
-# A size symbol, optionally with an integer factor ("3d", "4d"): b, l, d, h, v, f of ops.Op.
-_SIZE = r"\d*[bldhvf]"
+# A size symbol, optionally with an integer factor ("3d", "4d"): b, l, d, h, v, f of ops.Op, and
+# qkv (the QKV projection's output width, 3d with multi-head attention).
+_SIZE = r"\d*(?:qkv|[bldhvf])"
 # A product of sizes, optionally divided by mp: the per-tensor-parallel-rank share of a size
 # ("b*l", "v/mp", "3d/mp", "b*h/mp", "b*l*d*v/mp", "d*f/mp").
 _WORK_RE = re.compile(rf"{_SIZE}(\*{_SIZE})*(/mp)?")

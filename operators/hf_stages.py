@@ -40,7 +40,7 @@ from __future__ import annotations
 from trainsim.operators.errors import ConfigError
 from trainsim.operators.ops import Op, OpKind
 from trainsim.operators.partition import padded_vocab, stage_role
-from trainsim.operators.spec import ModelSpec, Parallelism, Recompute, Schedule, TrainingSpec
+from trainsim.operators.spec import Mlp, ModelSpec, Parallelism, Position, Recompute, Schedule, Split, TrainingSpec
 from trainsim.operators.stages import DPBuckets, FSDPUnits, GradSegment, StagePlan, counted, merge
 
 MIB = 2**20
@@ -96,8 +96,23 @@ def hf_layer_tensors(d: int, f: int, mp: int) -> tuple[int, ...]:
     return (d, d * f // mp, f // mp, f * d // mp, d, d * d // mp, 3 * d // mp, 3 * d * d // mp, d, d, d, d)
 
 
+def _check_gptneox(model: ModelSpec, par: Parallelism) -> None:
+    """Refuse what Hugging Face GPT-NeoX under PyTorch-native parallelism does not have."""
+    checks = (("model.kv_heads", model.kv != model.heads, "GPT-NeoX has multi-head attention"),
+              ("model.mlp", model.mlp is not Mlp.GELU, "GPT-NeoX has a GeLU MLP"),
+              ("model.tied_embeddings", model.tied_embeddings, "GPT-NeoX's embed_in and embed_out are separate"),
+              ("model.position", model.position is not Position.ROPE, "GPT-NeoX has rotary positions"),
+              ("parallelism.sequence_parallel", par.sequence_parallel, "the modelled DTensor plan has none"),
+              ("parallelism.cp", par.cp > 1, "context parallelism is modelled for framework megatron"),
+              ("parallelism.split", par.split is Split.MEGATRON, "torch pipelining splits its own way"))
+    for key, bad, why in checks:
+        if bad:
+            raise ConfigError(key, f"not supported with training.framework: hf ({why})")
+
+
 def build_hf_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism) -> tuple[StagePlan, ...]:
     """Every pipeline stage's plan for framework "hf" (see the module docstring)."""
+    _check_gptneox(model, par)
     if par.schedule is Schedule.INTERLEAVED_1F1B:
         raise ConfigError("parallelism.schedule", "the hf framework models torch.distributed.pipelining's "
                           "1f1b and gpipe schedules; interleaved-1f1b is Megatron's")

@@ -1,15 +1,68 @@
 """Peak device memory per GPU: weights, gradients, optimizer states and activations.
 
-Two implementations are modelled (``TrainingSpec.framework``):
+Two implementations are modelled (``TrainingSpec.framework``).
 
-``megatron`` (the paper's setting): half-precision weights and gradients (2 + 2 bytes
-per parameter), fp32 master weights and two Adam moments (12 bytes per parameter)
-divided by dp under ZeRO-1. Activations per layer and micro-batch follow Korthikanti
-et al. 2022 (Reducing Activation Recomputation in Large Transformer Models), tensor
-parallel without sequence parallelism: ``s*b*h*(10 + 24/t + 5*a*s/(h*t))`` bytes, the
-last term dropped with flash attention (no score matrix is kept). With full recompute a
-layer keeps only its 16-bit input (``2*s*b*h``) plus, during its backward, one layer's
-full activations. Under 1F1B, stage ``s`` holds ``min(pp - s, m)`` micro-batches in flight.
+``megatron`` (the paper's setting, extended to Megatron-Core's options).
+
+*States, bytes per parameter held by an MP rank of the stage* (P of them; g = ``grad_ranks`` =
+dp x cp, the group the gradients are reduced and the states sharded over):
+
+- ZeRO-0: 2 (16-bit weights) + 2 (16-bit gradients) + 12 (fp32 master weights, two Adam moments),
+  the mixed-precision accounting of Rajbhandari et al. 2020 (ZeRO, Sec. 3.1) in the paper's
+  DeepSpeed setting; ZeRO-1: optimizer 12/g; ZeRO-2: gradients also 2/g; ZeRO-3 / FSDP: weights
+  also 2/g, plus the unsharded 16-bit weights of the two FSDP units in flight (the one computing and
+  the one prefetched: the two largest of the stage's units, layers of ``layer_shard * ranks``
+  entries and the root of ``root_shard * ranks``) and the unsharded gradient of one unit, alive
+  until its reduce-scatter.
+- ``distributed_optimizer`` (Megatron-Core's distributed-optimizer guide,
+  https://docs.nvidia.com/megatron-core/developer-guide/latest/api-guide/dist_optimizer.html):
+  bf16 (and FP8) runs accumulate gradients in an fp32 buffer, so 2 (bf16 weights) + 4 (fp32
+  gradients, not sharded: the reduce-scatter runs in place in the buffer) + 12/g, the docs' 6 + 12/d
+  (18 without it; we keep 2 + 2 + 12 there so the paper's cases do not move); fp16 runs keep fp16
+  gradients and shard the fp32 main gradients with the optimizer: 2 + 2 + 16/g, the docs' 4 + 16/d.
+- FP8: Transformer Engine also keeps an FP8 copy (1 byte) of every encoder GEMM weight on every
+  rank (under ZeRO-3 of the layers in flight only, cast after their all-gather). Embedding and LM
+  head run in bf16 and have none.
+
+*Activations per layer and micro-batch* (Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models", Sec. 4, Eq. 1-6; 16-bit values, 1-byte dropout masks;
+s = seq_len / cp tokens per rank, b micro-batch, h hidden, a heads, t = mp). The paper's 34sbh +
+5as²b splits into (bytes per token, "whole" = replicated on every TP rank without SP):
+
+======================  ==========================  ====================  ==============
+block                   saved tensor                paper (sbh units)     here, per rank
+======================  ==========================  ====================  ==============
+norms (2)               inputs                      4 whole               4h whole
+attention               QKV GEMM input              2 whole               2h whole
+                        Q, K (for QK^T), V          4/t + 2/t             2 * qkv_width/t
+                        softmax, mask, dropout out  5as/(ht)              5as/t
+                        out-projection input        2/t                   2h/t
+                        dropout mask                1 whole               h whole
+MLP                     first GEMM input            2 whole               2h whole
+                        GeLU input and output       8/t + 8/t             4 ffn/t
+                        (SwiGLU: gate+up, product)                        4 ffn/t + 2 ffn/t
+                        dropout mask                1 whole               h whole
+======================  ==========================  ====================  ==============
+
+so whole = 10h, split = 2 qkv_width/t + 2h/t + 4 ffn/t (SwiGLU 6 ffn/t) per token, which for GeLU,
+ffn = 4h and multi-head attention (qkv_width = 3h) is the paper's 10 + 24/t exactly. GQA's keys and
+values are 2 kv head_dim wide (``qkv_width``; kv heads replicated when t > kv count once per rank).
+RoPE adds nothing: it is linear in q and k, so autograd saves only the rotated q and k, which are
+the Q and K above. Sequence parallelism divides the whole terms by t (34/t with the paper's widths).
+Selective recompute re-runs the attention core, so the 5as²b/t term is not kept; flash attention
+never materialises it (its log-sum-exp, 4 bytes per head and token, is ignored). Full recompute
+keeps a layer's 16-bit input, 2sbh (2sbh/t with SP), plus one layer's full activations during its
+backward. Under 1F1B stage ``s`` holds ``min(pp - s, m)`` micro-batches in flight, under GPipe all m.
+
+FP8 (Transformer Engine): we count the bf16 activations above *plus* a 1-byte FP8 copy of each
+GEMM input (QKV and MLP-up inputs, h wide and whole unless SP; out-projection input h/t; MLP-down
+input ffn/t). TE's Linear saves the FP8 input for its weight gradient; some bf16 copies stay alive
+for other consumers regardless (flash attention keeps its output, the norms their inputs, the
+activation function its input) and which of the others a given TE version drops varies. The
+estimate decides whether a layout fits, so it errs towards over-counting, by at most the bf16 norm
+outputs and activation output (4h whole + 2 ffn/t per token), rather than under-counting.
+
+The LM head keeps fp32 log-probabilities and their gradient: 12 bytes per logit (v/mp per rank).
 
 ``hf`` (Hugging Face GPT-NeoX under ``torch.autocast``, measured in docs/h100.md):
 fp32 weights (4), fp32 gradients (4), Adam moments (8) bytes per parameter, plus the
@@ -36,8 +89,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trainsim.operators.partition import padded_vocab
-from trainsim.operators.spec import Attention, Framework, ModelSpec, Parallelism, Recompute, Schedule, TrainingSpec
+from trainsim.operators.partition import StageRole, kv_heads_per_rank, padded_vocab, stage_params
+from trainsim.operators.spec import (
+    Attention,
+    Framework,
+    Mlp,
+    ModelSpec,
+    Parallelism,
+    Precision,
+    Recompute,
+    Schedule,
+    TrainingSpec,
+)
 from trainsim.operators.stages import StagePlan
 
 GIB = 2**30
@@ -48,6 +111,12 @@ HF_CHECKPOINT_BYTES = 4.0
 HF_LOSS_BYTES = 12.0
 HF_LAYER_GRAD_BYTES = 8.0  # gradient of the fp32 residual stream, in and out, while a layer runs backward
 HF_LAYER_WHOLE_BYTES = 8.0  # of HF_LAYER_BYTES, what tensor parallelism does not shard (see above)
+
+# Megatron, bytes per parameter (see the module docstring)
+HALF = 2.0  # 16-bit weights, or 16-bit gradients in the paper's DeepSpeed setting
+MAIN_GRAD = 4.0  # Megatron-Core's fp32 main gradients (distributed optimizer)
+ADAM = 12.0  # fp32 master weights and two moments
+FP8_WEIGHT = 1.0
 
 
 @dataclass(frozen=True)
@@ -77,13 +146,64 @@ class MemoryEstimate:
                 "not_together_gib": self.not_together / GIB, "total_gib": self.total_gib, "stage": self.stage}
 
 
-def megatron_layer_activation_bytes(model: ModelSpec, b: int, mp: int) -> float:
-    """Korthikanti et al. (2022), Eq. 2 with tensor parallelism, 16-bit activations."""
-    s, h, a = model.seq_len, model.hidden, model.heads
-    per = 10.0 + 24.0 / mp
-    if model.attention is not Attention.FLASH:
-        per += 5.0 * a * s / (h * mp)
-    return s * b * h * per
+@dataclass(frozen=True)
+class MemoryFit:
+    """An estimate against a GPU's memory (the caller's ``cluster.gpu.mem_gib``)."""
+
+    needed_gib: float
+    capacity_gib: float
+    fits: bool
+
+    @property
+    def message(self) -> str:
+        if self.fits:
+            return f"fits: {self.needed_gib:.1f} GiB of {self.capacity_gib:g} GiB"
+        return f"does not fit: {self.needed_gib:.1f} GiB needed of {self.capacity_gib:g} GiB"
+
+
+def fit_report(estimate: MemoryEstimate, capacity_gib: float) -> MemoryFit:
+    """Whether ``estimate`` fits in ``capacity_gib`` GiB of device memory."""
+    if isinstance(capacity_gib, bool) or not isinstance(capacity_gib, int | float) or not capacity_gib > 0 \
+            or capacity_gib == float("inf"):
+        raise ValueError(f"capacity_gib must be a positive finite number of GiB, got {capacity_gib!r}")
+    needed = estimate.total_gib
+    return MemoryFit(needed_gib=needed, capacity_gib=float(capacity_gib), fits=needed <= capacity_gib)
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """One layer's saved activations for one micro-batch, in bytes, split by how they shard (see the
+    module docstring's table): ``whole`` is replicated over the TP ranks unless sequence parallel,
+    ``split`` is already per TP rank, ``scores`` is the attention core's 5as²b/t."""
+
+    whole: float
+    split: float
+    scores: float
+    fp8_whole: float = 0.0  # FP8 copies of the QKV and MLP-up inputs (whole unless SP)
+    fp8_split: float = 0.0  # ... of the out-projection and MLP-down inputs
+
+    def bytes(self, mp: int, sp: bool = False, recompute: Recompute = Recompute.NONE) -> float:
+        """Kept per layer: all of it, or without the attention core under selective recompute."""
+        whole = (self.whole + self.fp8_whole) / (mp if sp else 1)
+        scores = 0.0 if recompute is Recompute.SELECTIVE else self.scores
+        return whole + self.split + self.fp8_split + scores
+
+
+def layer_activations(model: ModelSpec, b: int, mp: int, cp: int = 1, fp8: bool = False) -> LayerActivations:
+    """Korthikanti et al. (2022), Sec. 4 term by term, for any QKV and MLP width."""
+    s, h, t = model.seq_len / cp, model.hidden, mp
+    qkv = h // t + 2 * kv_heads_per_rank(model, t) * model.head_dim  # Q, K, V width on one rank
+    mlp = (6 if model.mlp is Mlp.SWIGLU else 4) * model.ffn  # gate+up (2 ffn) and product (ffn), x 2 bytes
+    scores = 0.0 if model.attention is Attention.FLASH else 5.0 * model.heads * s * s * b / t
+    return LayerActivations(whole=s * b * 10 * h, split=s * b * (2 * qkv + (2 * h + mlp) / t), scores=scores,
+                            fp8_whole=s * b * 2 * h if fp8 else 0.0,
+                            fp8_split=s * b * (h + model.ffn) / t if fp8 else 0.0)
+
+
+def megatron_layer_activation_bytes(model: ModelSpec, b: int, mp: int, *, sp: bool = False, cp: int = 1,
+                                    recompute: Recompute = Recompute.NONE, fp8: bool = False) -> float:
+    """Bytes one layer keeps per micro-batch (no recompute, or selective); see the module docstring."""
+    return layer_activations(model, b, mp, cp, fp8).bytes(mp, sp and mp > 1, recompute)
 
 
 def _linear_params(model: ModelSpec, layers: int, vocab: int, mp: int, head: bool) -> int:
@@ -124,31 +244,51 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
                           not_together=min(4.0 * params, acts) if m == 1 else 0.0)
 
 
+def _megatron_states(model: ModelSpec, training: TrainingSpec, par: Parallelism,
+                     plan: StagePlan) -> tuple[float, float, float]:
+    """Weights, gradients and optimizer states of one GPU of ``plan``'s stage, in bytes."""
+    p, g = plan.params, par.grad_ranks
+    fp8 = training.precision is Precision.FP8
+    layers = stage_params(model, par.mp, StageRole.MIDDLE, plan.encoders) if fp8 else 0  # GEMMs in FP8
+    if training.distributed_optimizer:
+        if training.precision is Precision.FP16:  # fp16 gradients; fp32 main gradients sharded with the state
+            return HALF * p, HALF * p, (MAIN_GRAD + ADAM) * p / g
+        return HALF * p + FP8_WEIGHT * layers, MAIN_GRAD * p, ADAM * p / g
+    if training.fsdp_sharded and plan.fsdp is not None:
+        u = plan.fsdp
+        full_layer, full_root = u.layer_shard * u.ranks, u.root_shard * u.ranks
+        units = sorted([full_layer] * u.layers + [full_root], reverse=True)
+        live = units[0] + units[1]  # the unit computing and the one prefetched
+        fp8_live = FP8_WEIGHT * full_layer * min(2, u.layers) if fp8 else 0.0
+        return (HALF * (p / g + live) + fp8_live, HALF * (p / g + units[0]), ADAM * p / g)
+    grads = HALF * p / (g if training.zero_stage >= 2 else 1)
+    return HALF * p + FP8_WEIGHT * layers, grads, ADAM * p / (g if training.zero_stage >= 1 else 1)
+
+
+def _megatron_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan: StagePlan) -> MemoryEstimate:
+    b, mp, m, cp = training.micro_batch, par.mp, training.micro_batches, par.cp
+    sp = par.sequence_parallel and mp > 1
+    s = model.seq_len / cp
+    layer = layer_activations(model, b, mp, cp, training.precision is Precision.FP8)
+    n = plan.encoders
+    # 1F1B: stage s starts pp - s forwards before its first backward; GPipe runs all m first
+    in_flight = m if par.schedule is Schedule.GPIPE else min(par.pp - plan.index, m)
+    if training.recompute is Recompute.FULL:
+        checkpoint = 2.0 * s * b * model.hidden / (mp if sp else 1)  # the layer's 16-bit input
+        acts = in_flight * n * checkpoint + (layer.bytes(mp, sp) if n else 0.0)
+    else:
+        acts = in_flight * n * layer.bytes(mp, sp, training.recompute)
+    if plan.role.has_head:  # fp32 log-probabilities and their gradient over v/mp logits
+        acts += HF_LOSS_BYTES * b * s * padded_vocab(model.vocab, mp) / mp
+    weights, grads, optimizer = _megatron_states(model, training, par, plan)
+    return MemoryEstimate(weights=weights, grads=grads, optimizer=optimizer, activations=acts, stage=plan.index)
+
+
 def memory_per_gpu(model: ModelSpec, training: TrainingSpec, par: Parallelism,
                    stage_plan: StagePlan | Sequence[StagePlan]) -> MemoryEstimate:
     """Peak memory of one GPU of ``stage_plan``'s stage; given all the plans, of the most loaded one."""
     stage_plans = (stage_plan,) if isinstance(stage_plan, StagePlan) else tuple(stage_plan)
     if not stage_plans:
         raise ValueError("no stage plan")
-    if training.framework is Framework.HF:
-        return max((_hf_memory(model, training, par, p) for p in stage_plans), key=lambda e: e.total)
-    b, mp, pp, m = training.micro_batch, par.mp, par.pp, training.micro_batches
-    layer = megatron_layer_activation_bytes(model, b, mp)
-    checkpoint = 2.0 * model.seq_len * b * model.hidden
-    v = padded_vocab(model.vocab, mp)
-    best: MemoryEstimate | None = None
-    for plan in stage_plans:
-        in_flight = min(pp - plan.index, m)
-        if training.recompute is Recompute.FULL:
-            acts = in_flight * plan.encoders * checkpoint + (layer if plan.encoders else 0.0)
-        else:
-            acts = in_flight * plan.encoders * layer
-        if plan.role.has_head:  # fp32 log-probabilities and their gradient over v/mp logits
-            acts += HF_LOSS_BYTES * b * model.seq_len * v / mp
-        shard = plan.params / (par.dp if training.zero_stage >= 1 else 1)
-        est = MemoryEstimate(weights=2.0 * plan.params, grads=2.0 * plan.params, optimizer=12.0 * shard,
-                             activations=acts, stage=plan.index)
-        if best is None or est.total > best.total:
-            best = est
-    assert best is not None
-    return best
+    one = _hf_memory if training.framework is Framework.HF else _megatron_memory
+    return max((one(model, training, par, p) for p in stage_plans), key=lambda e: e.total)

@@ -63,6 +63,16 @@ class OpKind(str, Enum):
     # checkpointed GPT-NeoX layer stops early (torch.utils.checkpoint, non-reentrant): it
     # casts dense_4h_to_h's weight but never runs that GEMM nor the residual add.
     HF_WEIGHT_CAST = "hf_weight_cast"
+    # LLaMA-family MLP: SiLU(gate) * up over the fused gate-and-up GEMM's 2f/mp outputs
+    SWIGLU = "swiglu"
+    # training.precision fp8 (Transformer Engine): the encoder GEMMs on FP8 inputs (E4M3 forward,
+    # E5M2 gradients) with bf16 outputs, and the scaled cast that quantizes each GEMM input
+    # (features: tensor elements on one rank; its backward casts the GEMM's output gradient)
+    FP8_LINEAR1 = "fp8_linear1"
+    FP8_LINEAR2 = "fp8_linear2"
+    FP8_LINEAR3 = "fp8_linear3"
+    FP8_LINEAR4 = "fp8_linear4"
+    FP8_CAST = "fp8_cast"
 
     @property
     def is_optimizer(self) -> bool:
@@ -80,7 +90,7 @@ FEATURE_NAMES: dict[OpKind, tuple[str, ...]] = {
     OpKind.LAYERNORM: ("b", "l", "d"),
     OpKind.RMSNORM: ("b", "l", "d"),
     OpKind.RES_ADD: ("b", "l", "d"),
-    OpKind.LINEAR1: ("b*l", "d", "3d/mp"),
+    OpKind.LINEAR1: ("b*l", "d", "qkv/mp"),  # qkv = 3d with multi-head attention
     OpKind.ROPE: ("b", "l", "h/mp", "d/h"),
     OpKind.BADDBMM: ("b*h/mp", "l", "d/h", "l"),
     OpKind.FILLMASK: ("b", "h/mp", "l", "d"),
@@ -89,9 +99,15 @@ FEATURE_NAMES: dict[OpKind, tuple[str, ...]] = {
     OpKind.BMM: ("b*h/mp", "l", "l", "d/h"),
     OpKind.FLASH_ATTN: ("b", "l", "h/mp", "d/h"),
     OpKind.LINEAR2: ("b*l", "d/mp", "d"),
-    OpKind.LINEAR3: ("b*l", "d", "4d/mp"),
-    OpKind.GELU: ("b", "l", "4d/mp"),
-    OpKind.LINEAR4: ("b*l", "4d/mp", "d"),
+    OpKind.LINEAR3: ("b*l", "d", "f/mp"),
+    OpKind.GELU: ("b", "l", "f/mp"),
+    OpKind.SWIGLU: ("b", "l", "f/mp"),
+    OpKind.LINEAR4: ("b*l", "f/mp", "d"),
+    OpKind.FP8_LINEAR1: ("b*l", "d", "qkv/mp"),
+    OpKind.FP8_LINEAR2: ("b*l", "d/mp", "d"),
+    OpKind.FP8_LINEAR3: ("b*l", "d", "f/mp"),
+    OpKind.FP8_LINEAR4: ("b*l", "f/mp", "d"),
+    OpKind.FP8_CAST: ("b*l*d",),
     OpKind.LINEAR_FINAL: ("b*l", "d", "v/mp"),
     OpKind.CROSS_ENTROPY: ("b", "l", "v/mp"),
     OpKind.OPTIMIZER_FIRST: ("mp", "d", "encoders"),
@@ -123,6 +139,8 @@ class Op:
     ``d`` is the full hidden size, ``h`` all heads, ``v`` the padded vocabulary
     (Eq. 2), ``f`` the MLP width (4d for the paper's models); per-rank sizes are
     derived by dividing by ``mp``. ``layers`` is the encoder count for optimizers.
+    ``kv`` is the key/value heads of the QKV projection (0: ``h``); for ``fp8_cast`` ``d`` is the
+    width of the tensor it quantizes (already per rank).
     """
 
     kind: OpKind
@@ -134,10 +152,19 @@ class Op:
     v: int = 1
     f: int = 0  # MLP width; 0 means 4d
     layers: int = 0
+    kv: int = 0  # key/value heads; 0 means h
 
     @property
     def ffn(self) -> int:
         return self.f or 4 * self.d
+
+    @property
+    def qkv(self) -> int:
+        """QKV output width over all ranks (3d for multi-head attention); replicated key/value
+        heads (kv < mp) count once per rank."""
+        if not self.kv or self.kv == self.h:
+            return 3 * self.d
+        return self.d + 2 * max(self.kv, self.mp) * (self.d // self.h)
 
 
 def hf_params(op: Op) -> int:
@@ -187,8 +214,9 @@ def features(op: Op) -> tuple[float, ...]:
         return (b * l, v / mp, d)
     if k in (OpKind.LAYERNORM, OpKind.RMSNORM, OpKind.RES_ADD):
         return (b, l, d)
+    k = _BF16_OF.get(k, k)
     if k is OpKind.LINEAR1:
-        return (b * l, d, 3 * d / mp)
+        return (b * l, d, op.qkv / mp)
     if k is OpKind.ROPE:
         return (b, l, h / mp, d / h)
     if k is OpKind.BADDBMM:
@@ -207,8 +235,10 @@ def features(op: Op) -> tuple[float, ...]:
         return (b * l, d / mp, d)
     if k is OpKind.LINEAR3:
         return (b * l, d, f / mp)
-    if k is OpKind.GELU:
+    if k in (OpKind.GELU, OpKind.SWIGLU):
         return (b, l, f / mp)
+    if k is OpKind.FP8_CAST:
+        return (float(b) * l * d,)
     if k is OpKind.LINEAR4:
         return (b * l, f / mp, d)
     if k is OpKind.LINEAR_FINAL:
@@ -225,10 +255,10 @@ def features(op: Op) -> tuple[float, ...]:
 def forward_flops(op: Op) -> float:
     """Floating-point operations of the forward pass on one MP rank."""
     b, l, d, h, mp, v, f = op.b, op.l, op.d, op.h, op.mp, op.v, op.ffn
-    k = op.kind
+    k = _BF16_OF.get(op.kind, op.kind)
     tokens = b * l
     if k is OpKind.LINEAR1:
-        return 2.0 * tokens * d * 3 * d / mp
+        return 2.0 * tokens * d * op.qkv / mp
     if k is OpKind.LINEAR2:
         return 2.0 * tokens * d / mp * d
     if k is OpKind.LINEAR3:
@@ -249,6 +279,10 @@ def forward_flops(op: Op) -> float:
         return 1.0 * tokens * d
     if k is OpKind.GELU:
         return 8.0 * tokens * f / mp
+    if k is OpKind.SWIGLU:  # sigmoid, two products
+        return 6.0 * tokens * f / mp
+    if k is OpKind.FP8_CAST:  # absolute maximum, scale
+        return 2.0 * tokens * d
     if k is OpKind.ROPE:
         return 3.0 * tokens * d / mp
     if k is OpKind.CROSS_ENTROPY:
@@ -294,8 +328,13 @@ def bytes_moved(op: Op, direction: Direction, elem_bytes: int = 2) -> float:
     k = op.kind
     tokens = b * l
     scale = 1.0 if direction is Direction.FWD else 2.0
+    if k in _BF16_OF:  # FP8 inputs and weights (1 byte), bf16 output
+        gemm = Op(_BF16_OF[k], b=b, l=l, d=d, h=h, mp=mp, v=v, f=op.f, kv=op.kv)
+        return bytes_moved(gemm, direction, elem_bytes) * 0.5 + scale * tokens * _gemm_out(gemm)
+    if k is OpKind.FP8_CAST:  # read bf16, write fp8 (and the absolute maximum)
+        return scale * 3.0 * tokens * d
     if k is OpKind.LINEAR1:
-        n = tokens * d + d * 3 * d / mp + tokens * 3 * d / mp
+        n = tokens * d + d * op.qkv / mp + tokens * op.qkv / mp
     elif k is OpKind.LINEAR2:
         n = tokens * d / mp + d * d / mp + tokens * d
     elif k is OpKind.LINEAR3:
@@ -316,6 +355,8 @@ def bytes_moved(op: Op, direction: Direction, elem_bytes: int = 2) -> float:
         n = 3 * tokens * d
     elif k is OpKind.GELU:
         n = 2 * tokens * f / mp
+    elif k is OpKind.SWIGLU:
+        n = 3 * tokens * f / mp
     elif k is OpKind.CROSS_ENTROPY:
         n = 2 * tokens * v / mp
     elif k is OpKind.EMBEDDING:
@@ -334,6 +375,18 @@ def bytes_moved(op: Op, direction: Direction, elem_bytes: int = 2) -> float:
     else:  # pragma: no cover
         raise AssertionError(k)
     return scale * n * elem_bytes
+
+
+#: each FP8 GEMM kind and the bf16 GEMM whose shape, features and FLOPs it has
+_BF16_OF = {OpKind.FP8_LINEAR1: OpKind.LINEAR1, OpKind.FP8_LINEAR2: OpKind.LINEAR2,
+            OpKind.FP8_LINEAR3: OpKind.LINEAR3, OpKind.FP8_LINEAR4: OpKind.LINEAR4}
+FP8_OF = {bf16: fp8 for fp8, bf16 in _BF16_OF.items()}
+
+
+def _gemm_out(op: Op) -> float:
+    """Output width of a GEMM kind on one rank."""
+    return {OpKind.LINEAR1: op.qkv / op.mp, OpKind.LINEAR2: op.d, OpKind.LINEAR3: op.ffn / op.mp,
+            OpKind.LINEAR4: op.d}[op.kind]
 
 
 def _hf_linear_bytes(tokens: int, k_in: int, n_out: int, in_bytes: int) -> float:

@@ -15,15 +15,36 @@ from trainsim.operators.errors import ConfigError, require_int, show
 class Precision(str, Enum):
     FP16 = "fp16"
     BF16 = "bf16"
+    FP8 = "fp8"  # Transformer Engine: the four encoder GEMMs in FP8, everything else in bf16
 
     @property
     def bytes(self) -> int:
+        """Bytes of an activation or weight element outside the FP8 GEMMs."""
         return 2
 
 
 class Recompute(str, Enum):
     NONE = "none"
+    SELECTIVE = "selective"  # the attention core only (Korthikanti et al. 2022)
     FULL = "full"
+
+
+class Mlp(str, Enum):
+    GELU = "gelu"  # two matrices: d -> ffn, GeLU, ffn -> d
+    SWIGLU = "swiglu"  # three matrices of ffn: gate and up (fused, d -> 2 ffn), SiLU(gate) * up, ffn -> d
+
+
+class Position(str, Enum):
+    ROPE = "rope"
+    LEARNED = "learned"  # a [seq_len, d] position embedding added to the token embedding
+    ALIBI = "alibi"  # a bias inside the attention kernel: no operator, no parameter
+
+
+class Split(str, Enum):
+    """How encoders are assigned to pipeline stages (operators.partition)."""
+
+    DEEPSPEED = "deepspeed"  # the paper's: layers + 5 blocks split evenly, then the blocks removed
+    MEGATRON = "megatron"  # equal encoders per stage; embedding on the first, loss on the last
 
 
 class Norm(str, Enum):
@@ -105,6 +126,12 @@ class ModelSpec:
     rotary: bool = True
     fwd_mp_syncs: int = 2  # MP all-reduces per encoder in forward
     bwd_mp_syncs: int = 2  # ... and in backward
+    kv_heads: int = 0  # key/value heads (GQA, MQA); 0 means heads (multi-head attention)
+    mlp: Mlp = Mlp.GELU
+    tied_embeddings: bool = False  # the LM head reuses the input embedding's weight
+    # rope | learned | alibi; None: rope when ``rotary`` (the paper's GPT-NeoX), else learned
+    position: Position | None = None
+    bias: bool = True  # linear layers carry biases (GPT-NeoX, GPT-3); LLaMA-family models have none
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -115,16 +142,45 @@ class ModelSpec:
         _bounded("model.ffn_hidden", self.ffn_hidden, MAX_FFN, minimum=0)
         _bounded("model.fwd_mp_syncs", self.fwd_mp_syncs, MAX_SYNCS, minimum=0)
         _bounded("model.bwd_mp_syncs", self.bwd_mp_syncs, MAX_SYNCS, minimum=0)
-        if not isinstance(self.rotary, bool):
-            raise ConfigError("model.rotary", f"must be true or false, got {show(self.rotary)}")
+        _bounded("model.kv_heads", self.kv_heads, MAX_WIDTH, minimum=0)
+        for key in ("rotary", "tied_embeddings", "bias"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"model.{key}", f"must be true or false, got {show(getattr(self, key))}")
         if self.hidden % self.heads:
             raise ConfigError("model.heads", f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        if self.kv_heads and self.heads % self.kv_heads:
+            raise ConfigError("model.kv_heads", f"heads {self.heads} is not divisible by kv_heads {self.kv_heads} "
+                                                "(each key/value head serves an equal group of query heads)")
         object.__setattr__(self, "norm", parse_enum(Norm, "model.norm", self.norm))
         object.__setattr__(self, "attention", parse_enum(Attention, "model.attention", self.attention))
+        object.__setattr__(self, "mlp", parse_enum(Mlp, "model.mlp", self.mlp))
+        if self.position is None:
+            object.__setattr__(self, "position", Position.ROPE if self.rotary else Position.LEARNED)
+        else:
+            position = parse_enum(Position, "model.position", self.position)
+            if not self.rotary and position is Position.ROPE:
+                raise ConfigError("model.position", "rope contradicts model.rotary: false; give one of them")
+            object.__setattr__(self, "position", position)
+            object.__setattr__(self, "rotary", position is Position.ROPE)
 
     @property
     def ffn(self) -> int:
-        return self.ffn_hidden or 4 * self.hidden
+        """MLP width: ``ffn_hidden``, else 4d for GeLU and LLaMA's 2/3 of 4d rounded up to 256 for SwiGLU."""
+        if self.ffn_hidden:
+            return self.ffn_hidden
+        if self.mlp is Mlp.SWIGLU:
+            return -(-(8 * self.hidden // 3) // 256) * 256
+        return 4 * self.hidden
+
+    @property
+    def kv(self) -> int:
+        """Key/value heads."""
+        return self.kv_heads or self.heads
+
+    @property
+    def qkv_width(self) -> int:
+        """Output width of the QKV projection: queries of every head, keys and values of the kv heads."""
+        return self.hidden + 2 * self.kv * self.head_dim
 
     @property
     def head_dim(self) -> int:
@@ -141,20 +197,61 @@ class TrainingSpec:
     # DP gradient all-reduce / ZeRO all-gather bucket, in entries (the reference's comm_bucket)
     dp_bucket: int = 1_260_000_000
     framework: Framework = Framework.MEGATRON
+    # Megatron-Core's distributed optimizer: gradients reduce-scattered over the data-parallel
+    # group, the fp32 optimizer state sharded over it, updated parameters all-gathered
+    distributed_optimizer: bool = False
+    # ZeRO-3 as PyTorch FSDP2 runs it (per-layer all-gather before forward and backward, per-layer
+    # reduce-scatter, prefetch overlap); the same as zero_stage 3
+    fsdp: bool = False
+    # DP gradient reduction in buckets during the last backward (Megatron's overlap_grad_reduce,
+    # DeepSpeed's overlap_comm); None: the scenario's simulation.overlap_dp (default off)
+    overlap_grad_reduce: bool | None = None
+    # the parameter all-gather of the sharded optimizer overlapped with the next forward
+    overlap_param_gather: bool = False
 
     def __post_init__(self) -> None:
         _bounded("training.micro_batch", self.micro_batch, MAX_WIDTH)
         _bounded("training.micro_batches", self.micro_batches, MAX_MICRO_BATCHES)
         _bounded("training.dp_bucket", self.dp_bucket, MAX_DP_BUCKET)
         require_int("training.zero_stage", self.zero_stage, minimum=0)
-        if self.zero_stage not in (0, 1, 3):
-            raise ConfigError("training.zero_stage", f"supported ZeRO stages are 0, 1 and 3, got {self.zero_stage!r}")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ConfigError("training.zero_stage", f"ZeRO stages are 0, 1, 2 and 3, got {self.zero_stage!r}")
+        for key in ("distributed_optimizer", "fsdp", "overlap_param_gather"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"training.{key}", f"must be true or false, got {show(getattr(self, key))}")
+        if self.overlap_grad_reduce is not None and not isinstance(self.overlap_grad_reduce, bool):
+            raise ConfigError("training.overlap_grad_reduce", f"must be true or false, got "
+                                                              f"{show(self.overlap_grad_reduce)}")
         object.__setattr__(self, "precision", parse_enum(Precision, "training.precision", self.precision))
         object.__setattr__(self, "recompute", parse_enum(Recompute, "training.recompute", self.recompute))
         object.__setattr__(self, "framework", parse_enum(Framework, "training.framework", self.framework))
-        if self.zero_stage == 3 and self.framework is not Framework.HF:
-            raise ConfigError("training.zero_stage", "ZeRO stage 3 is modelled as PyTorch FSDP2 (framework: hf); "
-                                                     "Megatron's distributed optimizer is stage 1")
+        if self.fsdp:
+            if self.zero_stage not in (1, 3):  # 1 is the default: fsdp alone means stage 3
+                raise ConfigError("training.fsdp", f"FSDP is ZeRO stage 3; it contradicts training.zero_stage: "
+                                                   f"{self.zero_stage}")
+            object.__setattr__(self, "zero_stage", 3)
+        if self.distributed_optimizer and self.zero_stage == 3:
+            raise ConfigError("training.distributed_optimizer", "Megatron's distributed optimizer shards the "
+                                                                "optimizer state (stage 1 memory); it cannot be "
+                                                                "combined with ZeRO-3 / FSDP")
+        if self.framework is Framework.HF and (self.zero_stage == 2 or self.distributed_optimizer):
+            raise ConfigError("training.zero_stage" if self.zero_stage == 2 else "training.distributed_optimizer",
+                              "framework hf models PyTorch DDP (zero_stage 0/1) and FSDP2 (zero_stage 3)")
+        if self.framework is Framework.HF and self.precision is Precision.FP8:
+            raise ConfigError("training.precision", "fp8 is modelled for framework megatron (Transformer Engine); "
+                                                    "framework hf runs bf16 autocast")
+        if self.framework is Framework.HF and self.recompute is Recompute.SELECTIVE:
+            raise ConfigError("training.recompute", "framework hf checkpoints whole layers (none or full)")
+
+    @property
+    def fsdp_sharded(self) -> bool:
+        """Parameters sharded per layer over the data-parallel group (ZeRO-3 / FSDP)."""
+        return self.zero_stage == 3
+
+    @property
+    def reduce_scatters_grads(self) -> bool:
+        """Gradients are reduce-scattered (each rank keeps its shard) instead of all-reduced."""
+        return self.zero_stage >= 2 or self.distributed_optimizer
 
 
 @dataclass(frozen=True)
@@ -164,22 +261,49 @@ class Parallelism:
     dp: int = 1
     schedule: Schedule = Schedule.ONE_F_ONE_B
     virtual_stages: int = 1  # model chunks per pipeline rank (interleaved 1F1B)
+    # Megatron sequence parallelism: the MP all-reduces become reduce-scatters plus all-gathers and
+    # norms, dropout and residual adds run on 1/mp of the sequence
+    sequence_parallel: bool = False
+    cp: int = 1  # context parallelism: the sequence split over cp ranks, attention over a K/V ring
+    split: Split = Split.DEEPSPEED
+    first_stage_layers: int = 0  # Megatron split: encoders of the first / last stage; 0: equal share
+    last_stage_layers: int = 0
+    # mp > kv heads: each key/value head is replicated over mp / kv_heads ranks (must be said)
+    replicate_kv_heads: bool = False
 
     def __post_init__(self) -> None:
-        for key in ("pp", "mp", "dp"):
+        for key in ("pp", "mp", "dp", "cp"):
             _bounded(f"parallelism.{key}", getattr(self, key), MAX_GPUS)
         _bounded("parallelism.virtual_stages", self.virtual_stages, MAX_VIRTUAL_STAGES)
-        if self.pp * self.mp * self.dp > MAX_GPUS:
-            raise ConfigError("parallelism", f"pp*mp*dp = {self.pp} x {self.mp} x {self.dp} = "
-                              f"{self.pp * self.mp * self.dp:,} GPUs; the tool prices at most {MAX_GPUS:,} GPUs "
-                              f"({BOUND_REASON})")
+        for key in ("first_stage_layers", "last_stage_layers"):
+            _bounded(f"parallelism.{key}", getattr(self, key), MAX_LAYERS, minimum=0)
+        for key in ("sequence_parallel", "replicate_kv_heads"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"parallelism.{key}", f"must be true or false, got {show(getattr(self, key))}")
+        if self.gpus > MAX_GPUS:
+            raise ConfigError("parallelism", f"pp*mp*dp*cp = {self.pp} x {self.mp} x {self.dp} x {self.cp} = "
+                              f"{self.gpus:,} GPUs; the tool prices at most {MAX_GPUS:,} GPUs ({BOUND_REASON})")
         object.__setattr__(self, "schedule", parse_enum(Schedule, "parallelism.schedule", self.schedule))
+        object.__setattr__(self, "split", parse_enum(Split, "parallelism.split", self.split))
         if self.virtual_stages > 1 and self.schedule is not Schedule.INTERLEAVED_1F1B:
             raise ConfigError("parallelism.virtual_stages", "only the interleaved-1f1b schedule uses virtual stages")
+        if (self.first_stage_layers or self.last_stage_layers) and self.split is not Split.MEGATRON:
+            key = "first_stage_layers" if self.first_stage_layers else "last_stage_layers"
+            raise ConfigError(f"parallelism.{key}", "is an option of parallelism.split: megatron")
 
     @property
     def gpus(self) -> int:
-        return self.pp * self.mp * self.dp
+        return self.pp * self.mp * self.dp * self.cp
+
+    @property
+    def degrees(self) -> str:
+        """How error messages name the GPU count: ``pp*mp*dp``, with ``*cp`` where cp > 1."""
+        return "pp*mp*dp*cp" if self.cp > 1 else "pp*mp*dp"
+
+    @property
+    def grad_ranks(self) -> int:
+        """Ranks over which a parameter's gradient is reduced (and the optimizer state sharded): DP x CP."""
+        return self.dp * self.cp
 
 
 def check_model_fits(model: ModelSpec, par: Parallelism) -> None:
@@ -188,18 +312,25 @@ def check_model_fits(model: ModelSpec, par: Parallelism) -> None:
         raise ConfigError("parallelism.mp", f"model.heads {model.heads} is not divisible by mp {par.mp}")
     if model.ffn % par.mp:
         raise ConfigError("parallelism.mp", f"MLP width {model.ffn} is not divisible by mp {par.mp}")
+    kv = model.kv
+    if kv % par.mp:
+        if par.mp % kv:
+            raise ConfigError("parallelism.mp", f"mp {par.mp} and model.kv_heads {kv}: neither divides the other, "
+                                                "so key/value heads cannot be split or replicated evenly")
+        if not par.replicate_kv_heads:
+            raise ConfigError("parallelism.mp", f"mp {par.mp} > model.kv_heads {kv}: set "
+                                                f"parallelism.replicate_kv_heads: true to replicate each key/value "
+                                                f"head over {par.mp // kv} ranks")
+    if par.cp > 1:
+        if model.seq_len % (2 * par.cp):
+            raise ConfigError("parallelism.cp", f"model.seq_len {model.seq_len} is not divisible by 2 * cp = "
+                                                f"{2 * par.cp} (causal load balancing splits the sequence in 2 cp "
+                                                "chunks)")
+        if model.attention is not Attention.FLASH:
+            raise ConfigError("parallelism.cp", "context parallelism runs flash attention over a K/V ring; set "
+                                                "model.attention: flash")
+    if par.sequence_parallel and par.mp > 1 and (model.seq_len // par.cp) % par.mp:
+        raise ConfigError("parallelism.sequence_parallel", f"the sequence per rank {model.seq_len // par.cp} "
+                                                           f"is not divisible by mp {par.mp}")
 
 
-
-# Table IV. The "LLaMA" and "Llemma" configurations keep GPT-NeoX's GeLU 4d MLP.
-MODEL_PRESETS: dict[str, ModelSpec] = {
-    "gpt-20b": ModelSpec("gpt-20b", hidden=6144, heads=64, layers=44, seq_len=2048,
-                         norm=Norm.LAYERNORM, attention=Attention.FUSED_SOFTMAX,
-                         fwd_mp_syncs=1, bwd_mp_syncs=2),
-    "llama-13b": ModelSpec("llama-13b", hidden=5120, heads=40, layers=40, seq_len=2048,
-                           norm=Norm.RMSNORM, attention=Attention.FUSED_SOFTMAX,
-                           fwd_mp_syncs=2, bwd_mp_syncs=2),
-    "llemma-7b": ModelSpec("llemma-7b", hidden=4096, heads=32, layers=32, seq_len=4096,
-                           norm=Norm.RMSNORM, attention=Attention.FLASH,
-                           fwd_mp_syncs=2, bwd_mp_syncs=2),
-}

@@ -12,14 +12,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainsim.operators.ops import Direction, Op, OpKind, bytes_moved, flops
-from trainsim.operators.partition import StageRole, padded_vocab, partition_encoders, stage_params, stage_role
+from trainsim.operators.ops import FP8_OF, Direction, Op, OpKind, bytes_moved, flops
+from trainsim.operators.partition import (
+    StageRole,
+    kv_heads_per_rank,
+    layer_params,
+    padded_vocab,
+    split_encoders,
+    stage_params,
+    stage_role,
+)
 from trainsim.operators.spec import (
     Attention,
     Framework,
+    Mlp,
     ModelSpec,
     Norm,
     Parallelism,
+    Precision,
     Recompute,
     TrainingSpec,
     check_model_fits,
@@ -68,6 +78,24 @@ class FSDPUnits:
     ranks: int
 
 
+#: Megatron kinds that every MP rank computes whole unless sequence parallelism splits them
+_REPLICATED_UNDER_TP = frozenset({OpKind.LAYERNORM, OpKind.RMSNORM, OpKind.RES_ADD})
+
+
+@dataclass(frozen=True, slots=True)
+class CPRing:
+    """Context parallelism of a stage: per layer and micro-batch, ``ranks - 1`` ring steps in which
+    each rank sends its current K/V chunk (``kv_entries`` 2-byte entries: keys and values of its
+    b * l / cp tokens and kv heads per MP rank) to the next while computing ``attention`` (one of the
+    ring's flash-attention calls) on the chunk it holds. The backward sends K/V and their gradients
+    (twice the entries) around the ring while the attention's backward runs."""
+
+    ranks: int
+    kv_entries: int
+    attention: Op
+    layers: int
+
+
 @dataclass(frozen=True)
 class StagePlan:
     """What one MP rank of pipeline stage ``index`` does per micro-batch, and per update."""
@@ -105,14 +133,30 @@ class StagePlan:
     # The PyTorch runtime whose host (CPU) cost the profile may know (calibration.host_overhead):
     # "eager", "dtensor_tp", ...; None: not modelled (Megatron's kernels are priced alone).
     runtime: str | None = None
+    # Megatron sequence parallelism: each of the MP syncs is a reduce-scatter plus an all-gather of
+    # ``mp_allreduce_entries`` (each rank keeps or brings 1/mp of them) instead of an all-reduce
+    sequence_parallel: bool = False
+    cp_ring: CPRing | None = None  # context parallelism (parallelism.cp > 1)
 
     def distinct_ops(self) -> set[Op]:
-        return {oc.op for oc in (*self.forward, *self.backward, *self.recompute)}
+        ops = {oc.op for oc in (*self.forward, *self.backward, *self.recompute)}
+        if self.cp_ring is not None:
+            ops.add(self.cp_ring.attention)
+        return ops
 
     def flops(self) -> tuple[float, float]:
-        """Model FLOPs of one micro-batch (forward, backward), recompute excluded."""
-        fwd = sum(oc.count * flops(oc.op, Direction.FWD) for oc in self.forward)
-        bwd = sum(oc.count * flops(oc.op, Direction.BWD) for oc in self.backward)
+        """Model FLOPs of one micro-batch (forward, backward) on one rank, recompute excluded.
+
+        Work every MP rank repeats (norms and residual adds on the whole sequence, without sequence
+        parallelism) counts 1/mp per rank: model FLOPs count the model's work once, so they do not
+        change with how it is laid out."""
+        def share(oc: OpCount, direction: Direction) -> float:
+            f = oc.count * flops(oc.op, direction)
+            replicated = oc.op.kind in _REPLICATED_UNDER_TP and not self.sequence_parallel
+            return f / oc.op.mp if replicated else f
+
+        fwd = sum(share(oc, Direction.FWD) for oc in self.forward)
+        bwd = sum(share(oc, Direction.BWD) for oc in self.backward)
         return fwd, bwd
 
     def bytes_moved(self, elem_bytes: int = 2) -> float:
@@ -121,26 +165,65 @@ class StagePlan:
         return fwd + bwd
 
 
-def encoder_ops(model: ModelSpec, b: int, mp: int) -> list[Op]:
-    """One encoder's operators in execution order (the reference's encoder function list)."""
-    d, h, l, f = model.hidden, model.heads, model.seq_len, model.ffn
+def encoder_ops(model: ModelSpec, b: int, mp: int, *, sp: bool = False, cp: int = 1,
+                fp8: bool = False) -> list[Op]:
+    """One encoder's operators in execution order (the reference's encoder function list).
 
-    def op(kind: OpKind) -> Op:
-        return Op(kind, b=b, l=l, d=d, h=h, mp=mp, f=f if f != 4 * d else 0)
+    ``sp``: Megatron sequence parallelism, the norms and residual adds on 1/mp of the sequence.
+    ``cp``: context parallelism, every operator on 1/cp of the sequence and the attention as ``cp``
+    flash-attention calls of that chunk (the K/V ring's steps; causal load balancing makes them
+    equal, and together they do 1/cp of the attention's work). ``fp8``: the four GEMMs in FP8, each
+    after the cast of its input (:func:`fp8_cast_ops`).
+    """
+    d, h, f = model.hidden, model.heads, model.ffn
+    l = model.seq_len // cp  # noqa: E741
+    swiglu = model.mlp is Mlp.SWIGLU
+    kv = model.kv if model.kv != h else 0
 
-    norm = op(OpKind.LAYERNORM if model.norm is Norm.LAYERNORM else OpKind.RMSNORM)
+    def op(kind: OpKind, length: int = l, width: int = f) -> Op:
+        qkv = kind is OpKind.LINEAR1
+        if fp8 and kind in FP8_OF:
+            kind = FP8_OF[kind]
+        return Op(kind, b=b, l=length, d=d, h=h, mp=mp, f=width if width != 4 * d else 0, kv=kv if qkv else 0)
+
+    short = l // mp if sp and mp > 1 else l
+    norm = op(OpKind.LAYERNORM if model.norm is Norm.LAYERNORM else OpKind.RMSNORM, short)
+    res_add = op(OpKind.RES_ADD, short)
     ops = [norm, op(OpKind.LINEAR1)]
     if model.rotary:
         ops.append(op(OpKind.ROPE))
-    if model.attention is Attention.FLASH:
-        ops.append(op(OpKind.FLASH_ATTN))
-    elif model.attention is Attention.FUSED_SOFTMAX:
-        ops += [op(OpKind.BADDBMM), op(OpKind.FUSED_SOFTMAX), op(OpKind.BMM)]
-    else:
-        ops += [op(OpKind.BADDBMM), op(OpKind.FILLMASK), op(OpKind.SOFTMAX), op(OpKind.BMM)]
-    ops += [op(OpKind.LINEAR2), norm, op(OpKind.RES_ADD), op(OpKind.LINEAR3), op(OpKind.GELU),
-            op(OpKind.LINEAR4), op(OpKind.RES_ADD)]
+    ops += attention_core_ops(model, b, mp, cp)
+    up = op(OpKind.LINEAR3, width=2 * f) if swiglu else op(OpKind.LINEAR3)
+    ops += [op(OpKind.LINEAR2), norm, res_add, up, op(OpKind.SWIGLU if swiglu else OpKind.GELU),
+            op(OpKind.LINEAR4), res_add]
     return ops
+
+
+def attention_core_ops(model: ModelSpec, b: int, mp: int, cp: int = 1) -> list[Op]:
+    """The attention core (scores, softmax, weighted values): what selective recompute re-runs."""
+    d, h = model.hidden, model.heads
+    l = model.seq_len // cp  # noqa: E741
+
+    def op(kind: OpKind) -> Op:
+        return Op(kind, b=b, l=l, d=d, h=h, mp=mp)
+
+    if model.attention is Attention.FLASH:
+        return [op(OpKind.FLASH_ATTN)] * cp
+    if model.attention is Attention.FUSED_SOFTMAX:
+        return [op(OpKind.BADDBMM), op(OpKind.FUSED_SOFTMAX), op(OpKind.BMM)]
+    return [op(OpKind.BADDBMM), op(OpKind.FILLMASK), op(OpKind.SOFTMAX), op(OpKind.BMM)]
+
+
+def fp8_cast_ops(model: ModelSpec, b: int, mp: int, cp: int, direction: Direction) -> list[Op]:
+    """Transformer Engine's scaled casts to FP8 of one encoder: forward, the input of each GEMM
+    (QKV and MLP-up read the whole hidden state, attention output d/mp, MLP-down f/mp); backward,
+    each GEMM's output gradient. A cast's width is per rank (the ``d`` of an ``fp8_cast`` op). The
+    weights' casts, once per iteration with Megatron's ``is_first_microbatch``, are not modelled."""
+    l, d, f = model.seq_len // cp, model.hidden, model.ffn
+    up = (2 if model.mlp is Mlp.SWIGLU else 1) * f // mp
+    qkv = Op(OpKind.LINEAR1, d=d, h=model.heads, mp=mp, kv=model.kv if model.kv != model.heads else 0).qkv // mp
+    widths = (d, d // mp, d, f // mp) if direction is Direction.FWD else (qkv, d, up, d)
+    return [Op(OpKind.FP8_CAST, b=b, l=l, d=w) for w in widths]
 
 
 def counted(ops: list[Op], times: int) -> list[OpCount]:
@@ -174,12 +257,22 @@ def build_stage_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism
         from trainsim.operators.hf_stages import build_hf_plans
 
         return build_hf_plans(model, training, par)
-    b, mp = training.micro_batch, par.mp
-    d, l = model.hidden, model.seq_len
+    b, mp, cp = training.micro_batch, par.mp, par.cp
+    d, l = model.hidden, model.seq_len // cp
+    sp = par.sequence_parallel and mp > 1
+    fp8 = training.precision is Precision.FP8
     v = padded_vocab(model.vocab, mp)
-    enc = encoder_ops(model, b, mp)
-    counts = partition_encoders(model.layers, par.pp)
+    enc = encoder_ops(model, b, mp, sp=sp, cp=cp, fp8=fp8)
+    enc_bwd = enc
+    if fp8:  # the backward casts output gradients, not inputs
+        enc_bwd = [o for o in enc if o.kind is not OpKind.FP8_CAST] + fp8_cast_ops(model, b, mp, cp, Direction.BWD)
+        enc = enc + fp8_cast_ops(model, b, mp, cp, Direction.FWD)
+    counts = split_encoders(model.layers, par)
     full = training.recompute is Recompute.FULL
+    selective = training.recompute is Recompute.SELECTIVE
+    core = attention_core_ops(model, b, mp, cp)
+    grad_ranks = par.grad_ranks
+    fsdp = training.fsdp_sharded and grad_ranks > 1
     plans = []
     for s, n in enumerate(counts):
         role = stage_role(s, par.pp)
@@ -192,16 +285,36 @@ def build_stage_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism
                      Op(OpKind.LINEAR_FINAL, b=b, l=l, d=d, mp=mp, v=v),
                      Op(OpKind.CROSS_ENTROPY, b=b, l=l, d=d, mp=mp, v=v)]
         forward = merge(counted(head, 1), counted(enc, n), counted(tail, 1))
-        recompute = merge(counted(enc, n)) if full else ()
+        backward = merge(counted(head, 1), counted(enc_bwd, n), counted(tail, 1)) if fp8 else forward
+        recompute = merge(counted(enc, n)) if full else merge(counted(core, n)) if selective else ()
         fwd_syncs = model.fwd_mp_syncs * n + (1 if role.has_embedding else 0)
         bwd_syncs = model.bwd_mp_syncs * n + (model.fwd_mp_syncs * n if full else 0)
+        params = stage_params(model, mp, role, n)
+        units = None
+        segments: tuple[GradSegment, ...] = ()
+        if fsdp:
+            root = params - n * layer_params(model, mp) if not _paper_layer(model) else params - n * (
+                stage_params(model, mp, StageRole.MIDDLE, 1))
+            units = FSDPUnits(layers=n, layer_shard=-(-(params - root) // max(n, 1) // grad_ranks),
+                              root_shard=-(-root // grad_ranks), ranks=grad_ranks)
+            layer_seg = GradSegment((), tuple(counted(enc_bwd, 1)), tuple(counted(enc, 1)) if full else (), True)
+            segments = ((GradSegment((), tuple(counted(tail, 1))),) if role.has_head else ()) + (layer_seg,) * n + (
+                (GradSegment((), tuple(counted(head, 1))),) if role.has_embedding else ())
         plans.append(StagePlan(
             index=s, role=role, encoders=n,
-            forward=forward, backward=forward, recompute=recompute,
+            forward=forward, backward=backward, recompute=recompute,
             mp_allreduces_fwd=fwd_syncs, mp_allreduces_bwd=bwd_syncs,
             mp_allreduce_entries=b * l * d,
             p2p_entries=(b * l * d) // mp if par.pp > 1 else 0,
-            params=stage_params(model, mp, role, n),
+            params=params,
             optimizer=Op(_OPTIMIZER_KIND[role], d=d, mp=mp, layers=n),
+            grad_segments=segments, fsdp=units,
+            sequence_parallel=sp,
+            cp_ring=CPRing(ranks=cp, kv_entries=2 * b * l * kv_heads_per_rank(model, mp) * model.head_dim,
+                           attention=core[0], layers=n) if cp > 1 else None,
         ))
     return tuple(plans)
+
+
+def _paper_layer(model: ModelSpec) -> bool:
+    return model.mlp is Mlp.GELU and model.kv == model.heads and model.bias

@@ -78,6 +78,21 @@ class Prediction:
         return max(memory_per_gpu(sc.model, sc.training, sc.parallelism, p).total_gib for p in self.plans)
 
     @property
+    def memory(self) -> Any:
+        """Peak memory estimate of the busiest GPU (operators.memory.MemoryEstimate)."""
+        from trainsim.operators.memory import memory_per_gpu
+
+        sc = self.scenario
+        return memory_per_gpu(sc.model, sc.training, sc.parallelism, self.plans)
+
+    @property
+    def memory_fit(self) -> Any:
+        """The memory estimate against the GPU's capacity (operators.memory.MemoryFit)."""
+        from trainsim.operators.memory import fit_report
+
+        return fit_report(self.memory, self.scenario.cluster.gpu.mem_gib)
+
+    @property
     def model_flops(self) -> float:
         """Model FLOPs of one iteration over all GPUs (recompute not counted, as MFU defines it)."""
         from trainsim.sim.costs import model_flops
@@ -109,7 +124,9 @@ class Prediction:
         return {
             "scenario": sc.name,
             "model": sc.model.name,
-            "layout": {"pp": par.pp, "mp": par.mp, "dp": par.dp, "gpus": sc.gpus},
+            "layout": {"pp": par.pp, "mp": par.mp, "dp": par.dp, "cp": par.cp, "gpus": sc.gpus,
+                       "sequence_parallel": par.sequence_parallel, "schedule": par.schedule.value,
+                       "virtual_stages": par.virtual_stages, "split": par.split.value},
             "micro_batch": tr.micro_batch,
             "micro_batches": tr.micro_batches,
             "cluster": sc.cluster.name,
@@ -120,12 +137,15 @@ class Prediction:
             "tokens_per_s": self.tokens_per_s(e.iteration_s),
             "mfu": self.mfu(e.iteration_s),
             "memory_gib_per_gpu": self.memory_gib_per_gpu,
+            "memory": {**self.memory.to_json(), "capacity_gib": self.memory_fit.capacity_gib},
+            "fits": self.memory_fit.fits,
             "stages": [
                 {
                     "stage": s.index, "encoders": p.encoders, "params": s.params,
                     "fwd_s": s.fwd_s, "bwd_s": s.bwd_s,
                     "fwd_compute_s": s.fwd_compute_s, "bwd_compute_s": s.bwd_compute_s,
                     "mp_fwd_s": s.mp_fwd_s, "mp_bwd_s": s.mp_bwd_s,
+                    "cp_fwd_s": s.cp_fwd_s, "cp_bwd_s": s.cp_bwd_s,
                     "p2p_fwd_s": s.p2p_fwd_s, "p2p_bwd_s": s.p2p_bwd_s,
                     "dp_allreduce_s": s.dp_allreduce_s, "dp_allgather_s": s.dp_allgather_s,
                     "optimizer_s": s.optimizer_s,
@@ -152,8 +172,50 @@ def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: st
         name = scenario.profile.name
         msgs.append(f"profile {name}: {len(quirks)} data quirks in its samples, kept as measured "
                     f"(`trainsim profile show {name}` lists them)")
+    msgs += closed_form_notes(scenario)
+    from trainsim.operators.memory import fit_report, memory_per_gpu
+
+    fit = fit_report(memory_per_gpu(scenario.model, scenario.training, scenario.parallelism, plans),
+                     scenario.cluster.gpu.mem_gib)
+    if not fit.fits:
+        msgs.append(f"memory: {fit.message} per GPU (stage with the most; operators.memory's estimate)")
     msgs = tuple(dict.fromkeys(msgs))
     return Prediction(scenario, plans, costs, eq7(costs), getattr(model, "name", scenario.profile.name), msgs)
+
+
+def layout_text(scenario: Scenario) -> str:
+    """The layout as the reports name it: ``PP4 MP8 DP2`` with CP, sequence parallelism and
+    interleaving where used, and the GPU count."""
+    par = scenario.parallelism
+    parts = [f"PP{par.pp} MP{par.mp} DP{par.dp}"]
+    if par.cp > 1:
+        parts.append(f"CP{par.cp}")
+    if par.sequence_parallel and par.mp > 1:
+        parts.append("SP")
+    if par.virtual_stages > 1:
+        parts.append(f"interleaved x{par.virtual_stages}")
+    return f"{' '.join(parts)} ({scenario.gpus} GPUs)"
+
+
+def memory_line(pred: Prediction) -> str:
+    """The memory estimate against the GPU, as ``run`` and ``predict`` print it."""
+    fit = pred.memory_fit
+    if fit.fits:
+        verdict = f"fits in {fit.capacity_gib:.0f} GiB"
+    else:
+        verdict = f"DOES NOT FIT: {fit.needed_gib:.1f} GiB needed of {fit.capacity_gib:.0f} GiB"
+    return f"memory per GPU (estimate)    {fit.needed_gib:11.1f} GiB  ({verdict})"
+
+
+def closed_form_notes(scenario: Scenario) -> list[str]:
+    """What Eq. 7 (``predict``) does not define and only the simulation (``run``) sees."""
+    out = []
+    if scenario.overlap_grad_reduce and scenario.parallelism.grad_ranks > 1 and not scenario.training.fsdp_sharded:
+        out.append("Eq. 7 charges the gradient reduction after the pipeline; overlap_grad_reduce (buckets reduced "
+                   "during the last backward) is seen by `trainsim run`")
+    if scenario.simulation.jitter:
+        out.append("Eq. 7 has no jitter; `trainsim run` and `trainsim jitter` apply simulation.jitter")
+    return out
 
 
 def scenario_simulator(scenario: Scenario) -> Callable[..., SimResult]:
@@ -164,7 +226,7 @@ def scenario_simulator(scenario: Scenario) -> Callable[..., SimResult]:
     from trainsim.sim.engine import simulate
 
     return functools.partial(simulate, schedule=scenario.parallelism.schedule,
-                             overlap_dp=scenario.simulation.overlap_dp)
+                             overlap_dp=scenario.overlap_grad_reduce)
 
 
 def simulate_prediction(pred: Prediction, *, ideal: bool = False, record: Any = False,

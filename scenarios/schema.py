@@ -61,7 +61,7 @@ class SimulationSpec:
     seed: int = 0
     jitter: Mapping[str, Any] = field(default_factory=dict)  # validated by sim.jitter
     # gradient buckets reduced during the last backward (Megatron-LM) instead of after it (DeepSpeed)
-    overlap_dp: bool = False
+    overlap_dp: bool = False  # the older name of training.overlap_grad_reduce
 
     def __post_init__(self) -> None:
         if not isinstance(self.mode, str) or self.mode not in SIM_MODES:
@@ -90,6 +90,13 @@ class Scenario:
     @property
     def gpus(self) -> int:
         return self.parallelism.gpus
+
+    @property
+    def overlap_grad_reduce(self) -> bool:
+        """Gradient buckets reduced during the last backward: training.overlap_grad_reduce, else the
+        older simulation.overlap_dp."""
+        t = self.training.overlap_grad_reduce
+        return self.simulation.overlap_dp if t is None else t
 
     @property
     def tokens_per_iteration(self) -> int:
@@ -317,6 +324,10 @@ def _model(sec: dict[str, Any]) -> ModelSpec:
             raise ConfigError("model.preset", f"unknown model preset {show(preset)}; known: "
                                               f"{', '.join(MODEL_PRESETS)}")
         base = dataclasses.asdict(MODEL_PRESETS[preset])
+        if "rotary" in sec and "position" not in sec:  # the override decides the positions afresh
+            base["position"] = None
+        if "position" in sec and "rotary" not in sec:
+            base["rotary"] = True
         base.update(sec)
         sec = base
     else:
@@ -350,10 +361,10 @@ def scenario_from_mapping(data: Mapping[str, Any], name: str = "scenario") -> Sc
     except (TypeError, ValueError, ArithmeticError, RecursionError) as e:  # slipped past topology's checks
         raise ConfigError("cluster", f"invalid values: {show(str(e), 100)}") from None
     if par.gpus % cluster.gpus_per_node:
-        raise ConfigError("parallelism", f"pp*mp*dp = {par.gpus} GPUs is not a multiple of "
+        raise ConfigError("parallelism", f"{par.degrees} = {par.gpus} GPUs is not a multiple of "
                           f"cluster.gpus_per_node = {cluster.gpus_per_node}")
     if cluster.max_nodes is not None and par.gpus // cluster.gpus_per_node > cluster.max_nodes:
-        raise ConfigError("parallelism", f"pp*mp*dp = {par.gpus} GPUs need {par.gpus // cluster.gpus_per_node} "
+        raise ConfigError("parallelism", f"{par.degrees} = {par.gpus} GPUs need {par.gpus // cluster.gpus_per_node} "
                           f"nodes of cluster.gpus_per_node = {cluster.gpus_per_node}; cluster.max_nodes = "
                           f"{cluster.max_nodes} ({cluster.max_nodes * cluster.gpus_per_node} GPUs)")
     profile = _build(ProfileSpec, "profile", _section(data, "profile"))

@@ -42,6 +42,7 @@ class StepCost:
     needs_input: bool
     host_s: float = 0.0  # the runtime's host time beyond the GPU work (sim.costs.StageCost.host_*_extra_s)
     fsdp_s: float = 0.0  # FSDP2 all-gathers / reduce-scatters its prefetching does not hide
+    cp_s: float = 0.0  # context parallelism's K/V ring sends the attention does not hide
 
 
 StepTable = dict[tuple[StepKind, int], StepCost]
@@ -71,9 +72,9 @@ def step_costs(costs: IterationCosts, own_stage_times: bool, st: StageCost, chun
         p2p_f = st.p2p_fwd_s if s < pp - 1 else (wrap_p2p if nxt is not None else 0.0)
         p2p_b = st.p2p_bwd_s if s > 0 else (wrap_p2p if prv is not None else 0.0)
         out[StepKind.F, c] = StepCost(st.fwd_compute_s / v, 0.0, st.mp_fwd_s / v, p2p_f, nxt, prv is not None,
-                                      st.host_fwd_extra_s / v, st.fsdp_fwd_s / v)
+                                      st.host_fwd_extra_s / v, st.fsdp_fwd_s / v, st.cp_fwd_s / v)
         out[StepKind.B, c] = StepCost(st.bwd_compute_s / v, st.recompute_s / v, st.mp_bwd_s / v, p2p_b, prv,
-                                      nxt is not None, st.host_bwd_extra_s / v, st.fsdp_bwd_s / v)
+                                      nxt is not None, st.host_bwd_extra_s / v, st.fsdp_bwd_s / v, st.cp_bwd_s / v)
     return out
 
 
@@ -83,6 +84,7 @@ class Tally:
 
     compute: float = 0.0
     mp: float = 0.0
+    cp: float = 0.0  # exposed context-parallel ring sends
     host: float = 0.0  # the runtime's host (CPU) time beyond the GPU's work
     pp: float = 0.0
     pp_wait: float = 0.0  # the part of ``pp`` spent waiting for the receiver to post its receive
@@ -155,6 +157,11 @@ class Build:
     dp_sync: dict[int, StageSync]  # per stage, bucketed DP mode only
     mode: SimMode | str = SimMode.REALISTIC  # what SimResult.mode reports
     seed: int = 0
+
+    @property
+    def syncs_gradients(self) -> bool:
+        """Gradients are reduced across ranks: more than one rank holds each weight (DP x CP > 1)."""
+        return self.costs.parallelism.grad_ranks > 1
 
     @property
     def rendezvous(self) -> bool:

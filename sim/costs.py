@@ -7,6 +7,7 @@ batch; nothing here runs inside the simulation loop.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -70,15 +71,31 @@ class StageCost:
     # while the stage's backward computes. 1.0: none known.
     interference_compute: float = 1.0
     interference_dp: float = 1.0
+    # How the gradients are reduced: all-reduce, or reduce-scatter (ZeRO-2, Megatron's distributed
+    # optimizer); dp_bucket_bytes is then each bucket's per-rank shard
+    dp_reduce_kind: CollKind = CollKind.ALL_REDUCE
+    # the parameter all-gather hidden behind the next forward (training.overlap_param_gather);
+    # dp_allgather_s is what is left exposed
+    dp_allgather_hidden_s: float = 0.0
+    # Context parallelism, per micro-batch: the K/V ring's sends the attention does not hide
+    # (see _cp_exposed), all the ring's send time, and one forward send alone (its rate)
+    cp_fwd_s: float = 0.0
+    cp_bwd_s: float = 0.0
+    cp_ring_s: float = 0.0
+    cp_send_s: float = 0.0
+    cp_bytes: float = 0.0
 
     @property
     def fwd_s(self) -> float:
-        """Forward slot as Eq. 7 charges it: compute, MP syncs, the host's excess and the P2P send."""
-        return self.fwd_compute_s + self.mp_fwd_s + self.fsdp_fwd_s + self.host_fwd_extra_s + self.p2p_fwd_s
+        """Forward slot as Eq. 7 charges it: compute, MP syncs, exposed CP and FSDP communication, the
+        host's excess and the P2P send."""
+        return (self.fwd_compute_s + self.mp_fwd_s + self.cp_fwd_s + self.fsdp_fwd_s + self.host_fwd_extra_s
+                + self.p2p_fwd_s)
 
     @property
     def bwd_s(self) -> float:
-        return self.bwd_compute_s + self.mp_bwd_s + self.fsdp_bwd_s + self.host_bwd_extra_s + self.p2p_bwd_s
+        return (self.bwd_compute_s + self.mp_bwd_s + self.cp_bwd_s + self.fsdp_bwd_s + self.host_bwd_extra_s
+                + self.p2p_bwd_s)
 
     @property
     def dp_allreduce_s(self) -> float:
@@ -95,7 +112,7 @@ class IterationCosts:
     micro_batches: int
     parallelism: Parallelism
     mp_span: tuple[int, int]  # (nodes, GPUs per node) of an MP group
-    dp_span: tuple[int, int]
+    dp_span: tuple[int, int]  # ... of a gradient group (DP x CP ranks)
     p2p_spans: tuple[tuple[int, int], ...]  # per stage boundary s -> s+1
     notes: tuple[str, ...] = field(default=())  # fallbacks taken (closed-form collectives, ...)
 
@@ -192,7 +209,29 @@ def _fsdp_exposed(plan: StagePlan, ag_layer: float, rs_layer: float, ag_root: fl
     return exposed_f, exposed_b
 
 
+def _cp_exposed(plan: StagePlan, send_fwd: float, send_bwd: float, fwd: dict[Op, float],
+                bwd: dict[Op, float]) -> tuple[float, float]:
+    """Context parallelism's ring communication a micro-batch's forward and backward cannot hide.
+
+    Each of a layer's ``cp - 1`` ring steps sends a K/V chunk while the attention computes on the
+    chunk already there (Transformer Engine's P2P ring), so a step shows only its send's excess over
+    one of the ring's attention calls; the backward sends K/V and their gradients over the
+    attention's backward. A recompute that re-runs the attention re-runs its forward ring too.
+    """
+    ring = plan.cp_ring
+    if ring is None:
+        return 0.0, 0.0
+    steps = (ring.ranks - 1) * ring.layers
+    att = ring.attention
+    exposed_f = steps * max(0.0, send_fwd - fwd[att])
+    exposed_b = steps * max(0.0, send_bwd - bwd[att])
+    if any(oc.op == att for oc in plan.recompute):
+        exposed_b += exposed_f
+    return exposed_f, exposed_b
+
+
 _GEMM_KINDS = frozenset({OpKind.LINEAR1, OpKind.LINEAR2, OpKind.LINEAR3, OpKind.LINEAR4, OpKind.LINEAR_FINAL,
+                         OpKind.FP8_LINEAR1, OpKind.FP8_LINEAR2, OpKind.FP8_LINEAR3, OpKind.FP8_LINEAR4,
                          OpKind.HF_QKV, OpKind.HF_DENSE, OpKind.HF_MLP_UP, OpKind.HF_MLP_DOWN, OpKind.HF_LM_HEAD})
 _ATTENTION_KINDS = frozenset({OpKind.FLASH_ATTN, OpKind.BADDBMM, OpKind.BMM, OpKind.HF_ATTENTION})
 
@@ -222,10 +261,37 @@ def _interference(model: DurationModel, plan: StagePlan, bwd: dict[Op, float],
     return {"interference_compute": compute, "interference_dp": im.collective_factor(None, size)}
 
 
-def _op_table(model: DurationModel, ops: Sequence[Op], direction: Direction) -> dict[Op, float]:
+def _op_table(model: DurationModel, ops: Sequence[Op], direction: Direction,
+              notes: list[str] | None = None) -> dict[Op, float]:
     if not ops:
         return {}
-    secs = np.asarray(model.op_seconds(list(ops), direction), dtype=float)
+    swiglu = [o for o in ops if o.kind is OpKind.SWIGLU]
+    rest = [o for o in ops if o.kind is not OpKind.SWIGLU]
+    out: dict[Op, float] = {}
+    if rest:
+        secs = np.asarray(model.op_seconds(rest, direction), dtype=float)
+        out.update(zip(rest, secs.tolist(), strict=True))
+    if swiglu:
+        out.update(_swiglu_table(model, swiglu, direction, notes))
+    return out
+
+
+def _swiglu_table(model: DurationModel, ops: Sequence[Op], direction: Direction,
+                  notes: list[str] | None) -> dict[Op, float]:
+    """SwiGLU's durations: from the profile's swiglu samples, else as the GeLU operator moving the
+    same bytes (a memory-bound elementwise kernel: SwiGLU reads 2f and writes f per token, GeLU
+    reads and writes f, so GeLU at width 1.5f), with a note."""
+    try:
+        secs = np.asarray(model.op_seconds(list(ops), direction), dtype=float)
+        return dict(zip(ops, secs.tolist(), strict=True))
+    except ConfigError as e:
+        if "no samples for operator swiglu" not in e.message and "swiglu" not in e.message:
+            raise
+    stand_in = [dataclasses.replace(o, kind=OpKind.GELU, f=3 * o.ffn // 2) for o in ops]
+    secs = np.asarray(model.op_seconds(stand_in, direction), dtype=float)
+    if notes is not None:
+        notes.append(f"profile {getattr(model, 'name', '?')!r} has no swiglu samples; SwiGLU is priced as the "
+                     "GeLU operator over the same bytes (width 1.5 f)")
     return dict(zip(ops, secs.tolist(), strict=True))
 
 
@@ -241,14 +307,15 @@ def build_costs(
     notes: list[str] = []
 
     ops = sorted({o for p in plans for o in p.distinct_ops()}, key=repr)
-    fwd = _op_table(model, ops, Direction.FWD)
-    bwd = _op_table(model, ops, Direction.BWD)
+    fwd = _op_table(model, ops, Direction.FWD, notes)
+    bwd = _op_table(model, ops, Direction.BWD, notes)
     upd = _op_table(model, [p.optimizer for p in plans] + [p.grad_accum for p in plans if p.grad_accum],
                     Direction.UPDATE)
 
     mp_span = placement.mp_span()
     dp_span = placement.dp_span()
     p2p_spans = tuple(placement.p2p_span(s) for s in range(par.pp - 1))
+    grad_ranks = par.grad_ranks
 
     # Every distinct collective, predicted in one batch; unknown ones fall back to closed form.
     wanted: dict[Collective, float] = {}
@@ -258,7 +325,19 @@ def build_costs(
         wanted.setdefault(c, math.nan)
         return c
 
-    mp_ar = coll(CollKind.ALL_REDUCE, plans[0].mp_allreduce_entries, mp_span) if par.mp > 1 else None
+    mp_ar = mp_ag = None
+    if par.mp > 1 and plans[0].sequence_parallel:  # one sync = reduce-scatter + all-gather of 1/mp shards
+        shard = plans[0].mp_allreduce_entries // par.mp
+        mp_ar = coll(CollKind.REDUCE_SCATTER, shard, mp_span)
+        mp_ag = coll(CollKind.ALL_GATHER, shard, mp_span)
+    elif par.mp > 1:
+        mp_ar = coll(CollKind.ALL_REDUCE, plans[0].mp_allreduce_entries, mp_span)
+    cp_send = {}
+    for p in plans:
+        if p.cp_ring is not None:
+            span = placement.cp_ring_span()
+            cp_send[p.index] = (coll(CollKind.P2P, p.cp_ring.kv_entries, span),
+                                coll(CollKind.P2P, 2 * p.cp_ring.kv_entries, span))
     # MP collectives of several sizes (framework "hf"): (entries, count) lists per direction
     mp_lists = {(p.index, d): [(coll(CollKind.ALL_REDUCE, e, mp_span), c) for e, c in colls]
                 for p in plans for d, colls in (("fwd", p.mp_colls_fwd), ("bwd", p.mp_colls_bwd))
@@ -278,15 +357,20 @@ def build_costs(
                                    coll(CollKind.REDUCE_SCATTER, u.root_shard, dp_span))
             dp_ar.append([])
             dp_ag.append([])
-        elif par.dp > 1 and p.dp_buckets is not None and p.grad_segments:
+        elif grad_ranks > 1 and p.dp_buckets is not None and p.grad_segments:
             buckets = _ddp_buckets(p.grad_segments, p.dp_buckets)
             ends = _segment_ends(p.grad_segments, fwd, bwd)
             dp_ar.append([coll(CollKind.ALL_REDUCE, e, dp_span) for e, _ in buckets])
             ready = tuple(ends[i] for _, i in buckets)
             dp_ag.append([])  # DDP keeps whole parameters on every replica: nothing to gather
-        elif par.dp > 1:
+        elif grad_ranks > 1 and training.reduce_scatters_grads:  # each bucket's shard stays on its rank
+            dp_ar.append([coll(CollKind.REDUCE_SCATTER, e // grad_ranks, dp_span)
+                          for e in _buckets(p.params, training.dp_bucket)])
+            dp_ag.append([coll(CollKind.ALL_GATHER, e, dp_span)
+                          for e in _buckets(p.params // grad_ranks, training.dp_bucket)])
+        elif grad_ranks > 1:
             dp_ar.append([coll(CollKind.ALL_REDUCE, e, dp_span) for e in _buckets(p.params, training.dp_bucket)])
-            shard = p.params // par.dp if training.zero_stage >= 1 else 0
+            shard = p.params // grad_ranks if training.zero_stage >= 1 else 0
             dp_ag.append([coll(CollKind.ALL_GATHER, e, dp_span) for e in _buckets(shard, training.dp_bucket)])
         else:
             dp_ar.append([])
@@ -306,7 +390,7 @@ def build_costs(
         if not (math.isfinite(t) and t >= 0):
             raise ConfigError("profile", f"{c.kind.value} of {c.entries} entries got a duration of {t!r} s")
 
-    mp_s = wanted[mp_ar] if mp_ar is not None else 0.0
+    mp_s = (wanted[mp_ar] if mp_ar is not None else 0.0) + (wanted[mp_ag] if mp_ag is not None else 0.0)
 
     def mp_total(p: StagePlan, direction: str, count: int) -> float:
         listed = mp_lists.get((p.index, direction))
@@ -325,6 +409,15 @@ def build_costs(
             ag, rs, ag_root, rs_root = (wanted[c] for c in fsdp_colls[s])
             fsdp_f, fsdp_b = _fsdp_exposed(p, ag, rs, ag_root, rs_root, fwd, bwd)
         f_flops, b_flops = p.flops()
+        cp_f = cp_b = cp_ring = cp_one = 0.0
+        if s in cp_send:
+            one_f, one_b = (wanted[c] for c in cp_send[s])
+            cp_f, cp_b = _cp_exposed(p, one_f, one_b, fwd, bwd)
+            assert p.cp_ring is not None
+            cp_ring, cp_one = (p.cp_ring.ranks - 1) * p.cp_ring.layers * (one_f + one_b), one_f
+        ag_total = sum(wanted[c] for c in dp_ag[s])
+        ag_hidden = min(ag_total, fwd_s) if training.overlap_param_gather else 0.0
+        ag_exposed = ag_total - ag_hidden
         stages.append(StageCost(
             index=s,
             fwd_compute_s=fwd_s,
@@ -338,15 +431,22 @@ def build_costs(
             p2p_fwd_s=wanted[p2p[s]] if s < par.pp - 1 else 0.0,
             p2p_bwd_s=wanted[p2p[s - 1]] if s > 0 else 0.0,
             dp_bucket_s=tuple(wanted[c] for c in dp_ar[s]),
-            dp_allgather_s=sum(wanted[c] for c in dp_ag[s]),
+            dp_allgather_s=ag_exposed,
+            dp_allgather_hidden_s=ag_hidden,
             optimizer_s=upd[p.optimizer],
             params=p.params,
             fwd_flops=f_flops,
             bwd_flops=b_flops,
-            mp_allreduce_bytes=float(mp_ar.bytes) if mp_ar is not None else 0.0,
+            # an all-reduce's buffer; under sequence parallelism the reduce-scatter and all-gather of its
+            # 1/mp shards load the links as the all-reduce of the whole does
+            mp_allreduce_bytes=float(2 * p.mp_allreduce_entries) if mp_ar is not None else 0.0,
             p2p_bytes=float(2 * p.p2p_entries),
             dp_bucket_bytes=tuple(float(c.bytes) for c in dp_ar[s]),
-            dp_allgather_bytes=float(sum(c.bytes for c in dp_ag[s])),
+            # the exposed part of the all-gather moves its share of the bytes (same rate as the whole)
+            dp_allgather_bytes=float(sum(c.bytes for c in dp_ag[s])) * (ag_exposed / ag_total if ag_total else 1.0),
+            dp_reduce_kind=dp_ar[s][0].kind if dp_ar[s] else CollKind.ALL_REDUCE,
+            cp_fwd_s=cp_f, cp_bwd_s=cp_b, cp_ring_s=cp_ring, cp_send_s=cp_one,
+            cp_bytes=float(2 * p.cp_ring.kv_entries) if p.cp_ring is not None else 0.0,
             grad_accum_s=p.grad_accum_count * upd[p.grad_accum] if p.grad_accum is not None else 0.0,
             dp_bucket_ready=dp_ready[s],
             fsdp_fwd_s=fsdp_f, fsdp_bwd_s=fsdp_b,
@@ -364,8 +464,9 @@ def build_costs(
 
 def model_flops(costs: IterationCosts, micro_batches: int, mp: int, dp: int) -> float:
     """Model FLOPs of one iteration over all GPUs: every stage's forward and backward FLOPs (the
-    recomputed forward not counted, as MFU defines it) per micro-batch, times micro-batches, MP and DP."""
-    return sum(s.fwd_flops + s.bwd_flops for s in costs.stages) * micro_batches * mp * dp
+    recomputed forward not counted, as MFU defines it) per micro-batch, times micro-batches, MP, DP
+    and CP (each CP rank computes its share of the sequence)."""
+    return sum(s.fwd_flops + s.bwd_flops for s in costs.stages) * micro_batches * mp * dp * costs.parallelism.cp
 
 
 def mfu(model_flops: float, iteration_s: float, gpus: int, peak_flops: float | None) -> float | None:

@@ -221,14 +221,15 @@ def collect(ctx: Build, wall_s: float, *, tokens_per_iteration: float | None = N
     # the last to finish of the stages' last ones (ties: the lowest stage, then replica)
     critical = max(enumerate(stage_critical), key=lambda k: (tallies[k].end, -k[0]))
     crit = tallies[critical]
-    exposed = {TrafficKind.MP: crit.mp, TrafficKind.PP: crit.pp, TrafficKind.DP_ALLREDUCE: crit.dp_allreduce,
+    exposed = {TrafficKind.MP: crit.mp, TrafficKind.CP: crit.cp, TrafficKind.PP: crit.pp,
+               TrafficKind.DP_ALLREDUCE: crit.dp_allreduce,
                TrafficKind.DP_ALLGATHER: crit.dp_allgather}
     pipe = ctx.drained.fired_at
     busy = sum(t.pipeline_busy for t in tallies.values())
     bubble = 1.0 - busy / (len(tallies) * pipe) if pipe > 0 else 0.0
     if abs(bubble) < 1e-12:  # float rounding of a bubble-free pipeline (pp = 1), not a negative share
         bubble = 0.0
-    flops = model_flops(costs, costs.micro_batches, par.mp, par.dp)
+    flops = model_flops(costs, costs.micro_batches, par.mp, par.dp)  # CP included
     tps = tokens_per_iteration / iteration if tokens_per_iteration and iteration > 0 else None
     rec = ctx.recorder
     spans: Sequence[Span] = ()
@@ -264,7 +265,7 @@ def _link_spans(ctx: Build, rec: Recorder, iteration: float) -> None:
 
 def _breakdown(t: Tally) -> dict[str, float]:
     """Seconds of the critical stage replica's timeline per activity; ``idle`` is the rest (waiting)."""
-    parts = {"compute": t.compute, TrafficKind.MP: t.mp, "host": t.host, TrafficKind.PP: t.pp,
+    parts = {"compute": t.compute, TrafficKind.MP: t.mp, TrafficKind.CP: t.cp, "host": t.host, TrafficKind.PP: t.pp,
              TrafficKind.DP_ALLREDUCE: t.dp_allreduce, "optimizer": t.optimizer,
              TrafficKind.DP_ALLGATHER: t.dp_allgather}
     parts["idle"] = max(0.0, t.end - sum(parts.values()))

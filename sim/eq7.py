@@ -19,6 +19,11 @@ implementation in two places, both documented in docs/eq7.md:
 
 With equal stages both tails coincide, so ``iteration_s == (m + pp - 1)(F + B) +
 sync + update``, the property the tests check.
+
+Interleaved 1F1B with ``v`` model chunks per rank (Narayanan et al. 2021) runs ``m * v`` chunk
+forwards and backwards of ``(F + B) / v`` each, and its warm-up and drain take ``pp - 1`` chunk
+slots: the pipeline term is ``(m * v + pp - 1) * (F + B) / v = (m + (pp - 1) / v) * (F + B)``, the
+bubble divided by ``v``. With ``v = 1`` it is the 1F1B term (GPipe's too).
 """
 
 from __future__ import annotations
@@ -65,7 +70,8 @@ def eq7(costs: IterationCosts) -> Eq7Result:
     fwd = [s.fwd_s for s in stages]
     bwd = [s.bwd_s for s in stages]
     max_fwd, max_bwd = max(fwd), max(bwd)
-    pipeline = (m - 1 + pp) * (max_fwd + max_bwd)
+    v = costs.parallelism.virtual_stages
+    pipeline = (m * v - 1 + pp) * (max_fwd + max_bwd) / v
     sync0 = stages[0].dp_allreduce_s
     max_update = max(s.update_s for s in stages)
     exposed_sync = max(max(0.0, s.dp_allreduce_s - s.index * max_bwd) for s in stages)

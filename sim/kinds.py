@@ -15,9 +15,11 @@ __all__ = ["LinkTier", "SimMode", "TrafficKind"]
 
 
 class TrafficKind(str, Enum):
-    """What a transfer carries: MP all-reduces, P2P activations/gradients, DP gradient sync, ZeRO-1 all-gather."""
+    """What a transfer carries: MP all-reduces, the CP ring's K/V chunks, P2P activations/gradients, DP
+    gradient sync, ZeRO-1 all-gather."""
 
     MP = "mp"
+    CP = "cp"
     PP = "pp"
     DP_ALLREDUCE = "dp_allreduce"
     DP_ALLGATHER = "dp_allgather"

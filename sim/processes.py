@@ -25,7 +25,8 @@ from trainsim.topology.links import LinkTier
 
 Process = Generator[simpy.Event, Any, None]
 
-MP, PP, DP_AR, DP_AG = TrafficKind.MP, TrafficKind.PP, TrafficKind.DP_ALLREDUCE, TrafficKind.DP_ALLGATHER
+MP, CP, PP = TrafficKind.MP, TrafficKind.CP, TrafficKind.PP
+DP_AR, DP_AG = TrafficKind.DP_ALLREDUCE, TrafficKind.DP_ALLGATHER
 
 
 def start(ctx: Build) -> None:
@@ -74,6 +75,7 @@ class Lane:
     tally: Tally
     track: int | None  # recorder track code; None: not recorded
     mp_rates: Rates | None
+    cp_rates: Rates | None
     rendezvous: bool  # P2P sends wait for the posted receive (see Build.rendezvous)
     bucketed: bool  # its stage's gradients go through the bucketed DP collective
     n_buckets: int
@@ -89,10 +91,11 @@ class Lane:
 
 def _lane(ctx: Build, s: int, r: int) -> Lane:
     st = ctx.costs.stages[s]
-    bucketed = ctx.opts.bucketed_dp and ctx.dp > 1 and bool(st.dp_bucket_s)
+    bucketed = ctx.opts.bucketed_dp and ctx.syncs_gradients and bool(st.dp_bucket_s)
     return Lane(stage=s, replica=r, table=ctx.tables[s], tally=ctx.tallies[s, r],
                 track=ctx.recorder.replica(s, r) if ctx.recorder is not None else None,
-                mp_rates=ctx.routes.mp.get((s, r)) if ctx.routes else None, rendezvous=ctx.rendezvous,
+                mp_rates=ctx.routes.mp.get((s, r)) if ctx.routes else None,
+                cp_rates=ctx.routes.cp.get((s, r)) if ctx.routes else None, rendezvous=ctx.rendezvous,
                 bucketed=bucketed, n_buckets=len(st.dp_bucket_s) if bucketed else 0,
                 releases=_releases(st.dp_bucket_ready, len(st.dp_bucket_s), ctx.opts.overlap_dp) if bucketed
                 else ((1.0, 0),))
@@ -122,7 +125,7 @@ def stage_process(env: simpy.Environment, ctx: Build, stage: int, replica: int, 
             yield from p2p_send(env, ctx, lane, step, sc, sc.dest)
     t = lane.tally
     # Waiting for a receiver is blocked in a send (exposed P2P) but moves no data: a bubble.
-    t.pipeline_busy = t.compute + t.mp + t.host + t.pp - t.pp_wait
+    t.pipeline_busy = t.compute + t.mp + t.cp + t.host + t.pp - t.pp_wait
     ctx.drained.arrive()
     yield from gradient_sync(env, ctx, lane)
     yield from update(env, ctx, lane)
@@ -163,6 +166,12 @@ def compute_step(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, sc:
             tally.mp += env.now - t1
             if lane.track is not None:
                 lane.span(ctx, f"MP all-reduce {step.kind}{step.micro}", "mp", t1, env.now)
+        if sc.cp_s > 0:  # the K/V ring's sends the attention did not hide
+            t2 = env.now
+            yield comm(ctx, sc.cp_s * share, lane.cp_rates, CP, lane.stage)
+            tally.cp += env.now - t2
+            if lane.track is not None:
+                lane.span(ctx, f"CP ring {step.kind}{step.micro}", "cp", t2, env.now)
         if sc.fsdp_s > 0:  # FSDP2's exposed all-gathers and reduce-scatters (the ZeRO-3 gather)
             t2 = env.now
             yield comm(ctx, sc.fsdp_s * share, None, DP_AG, lane.stage)
@@ -289,7 +298,7 @@ def update(env: simpy.Environment, ctx: Build, lane: Lane) -> Process:
         t3 = env.now
         tally.optimizer = t3 - t2
         lane.span(ctx, "optimizer", "optimizer", t2, t3)
-        if ctx.dp > 1:
+        if ctx.syncs_gradients:
             sync = ctx.dp_sync[s]
             sync.ag_ready.arrive()
             yield sync.ag_done
@@ -332,7 +341,7 @@ def dp_allreduce_process(env: simpy.Environment, ctx: Build, s: int) -> Process:
 
 def dp_allgather_process(env: simpy.Environment, ctx: Build, s: int) -> Process:
     """The stage's ZeRO-1 parameter all-gather, once every replica has run its optimizer step."""
-    if ctx.dp == 1:
+    if not ctx.syncs_gradients:
         return
     sync = ctx.dp_sync[s]
     yield sync.ag_ready.event

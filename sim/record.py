@@ -22,7 +22,7 @@ from trainsim.operators.errors import ConfigError
 
 #: Span categories (``Span.cat``), in the order their codes are stored.
 CATS = ("forward", "backward", "recompute", "mp", "pp", "pp_wait", "dp_allreduce", "optimizer", "dp_allgather",
-        "update", "link", "host")
+        "update", "link", "host", "cp")
 _CAT_CODE = {c: i for i, c in enumerate(CATS)}
 
 

@@ -36,6 +36,7 @@ class Routes:
     links: LinkModel
     capacities: dict[LinkId, float]
     mp: dict[tuple[int, int], Rates]  # (stage, replica)
+    cp: dict[tuple[int, int], Rates]  # (stage, replica): every MP rank's CP ring
     p2p: dict[tuple[int, int, int], Rates]  # (src stage, dst stage, replica)
     dp_ar: dict[tuple[int, int], Rates]  # (stage, bucket)
     dp_ag: dict[int, Rates]  # stage
@@ -51,13 +52,15 @@ class Routes:
         """The links a stage replica's own transfers use: its MP and P2P routes (those it sends on)
         and the links of its own GPUs in its stage's DP collectives."""
         out: set[LinkId] = set(self.mp.get((stage, replica), ()))
+        out.update(self.cp.get((stage, replica), ()))
         for (src, _dst, r), rates in self.p2p.items():
             if src == stage and r == replica:
                 out.update(rates)
         par = self.placement.par
         own: set[LinkId] = set()
         for i in range(par.mp):
-            own.update(self.links.rank_links(self.placement.rank(stage, replica, i)))
+            for c in range(par.cp):
+                own.update(self.links.rank_links(self.placement.rank(stage, replica, i, c)))
         dp_links: set[LinkId] = set(self.dp_ag.get(stage, ()))
         for (s, _k), rates in self.dp_ar.items():
             if s == stage:
@@ -89,7 +92,7 @@ def build_routes(costs: IterationCosts, cluster: ClusterSpec, chunks: int) -> Ro
     pl = Placement(par, cluster.gpus_per_node)
     lm = LinkModel(cluster, pl)
     caps = lm.capacities
-    pp, dp, mp = par.pp, par.dp, par.mp
+    pp, dp, mp, cp = par.pp, par.dp, par.mp, par.cp
 
     def member_rates(loads: Mapping[LinkId, float], nbytes: float | None, base_s: float) -> Rates:
         if nbytes is None or base_s <= 0:
@@ -107,6 +110,20 @@ def build_routes(costs: IterationCosts, cluster: ClusterSpec, chunks: int) -> Ro
                 mp_routes[s, r] = rates
                 tiers[TrafficKind.MP, s] = _tier(rates)
 
+    cp_routes: dict[tuple[int, int], Rates] = {}
+    for s in range(pp):
+        st = costs.stages[s]
+        if cp == 1:
+            break
+        for r in range(dp):
+            rates = {}
+            for i in range(mp):  # each MP rank's ring: every rank sends to the next at once
+                ring = pl.cp_group(s, r, i)
+                for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
+                    _add(rates, member_rates(lm.loads_p2p(a, b), st.cp_bytes / 2 or None, st.cp_send_s))
+            cp_routes[s, r] = rates
+            tiers[TrafficKind.CP, s] = _tier(rates)
+
     p2p: dict[tuple[int, int, int], Rates] = {}
     boundaries = [(s, s + 1) for s in range(pp - 1)]
     if chunks > 1 and pp > 1:
@@ -120,7 +137,9 @@ def build_routes(costs: IterationCosts, cluster: ClusterSpec, chunks: int) -> Ro
             for r in range(dp):
                 rates = {}
                 for i in range(mp):
-                    _add(rates, member_rates(lm.loads_p2p(pl.rank(src, r, i), pl.rank(dst, r, i)), nbytes, base))
+                    for c in range(cp):
+                        _add(rates, member_rates(lm.loads_p2p(pl.rank(src, r, i, c), pl.rank(dst, r, i, c)),
+                                                 nbytes, base))
                 p2p[src, dst, r] = rates
                 tiers[TrafficKind.PP, (src, dst)] = _tier(rates)
 
@@ -128,14 +147,14 @@ def build_routes(costs: IterationCosts, cluster: ClusterSpec, chunks: int) -> Ro
     dp_ag: dict[int, Rates] = {}
     for s in range(pp):
         st = costs.stages[s]
-        if dp == 1:
+        if par.grad_ranks == 1:
             continue
         bucket_bytes = st.dp_bucket_bytes or (None,) * len(st.dp_bucket_s)
         ag_bytes = st.dp_allgather_bytes or None
         for k, base in enumerate(st.dp_bucket_s):
             rates = {}
             for i in range(mp):
-                _add(rates, member_rates(lm.loads(CollKind.ALL_REDUCE, pl.dp_group(s, i)), bucket_bytes[k], base))
+                _add(rates, member_rates(lm.loads(st.dp_reduce_kind, pl.dp_group(s, i)), bucket_bytes[k], base))
             dp_ar[s, k] = rates
         rates = {}
         for i in range(mp):
@@ -145,5 +164,5 @@ def build_routes(costs: IterationCosts, cluster: ClusterSpec, chunks: int) -> Ro
             tiers[TrafficKind.DP_ALLREDUCE, s] = _tier(dp_ar.get((s, 0), {}))
         tiers[TrafficKind.DP_ALLGATHER, s] = _tier(rates)
 
-    return Routes(placement=pl, links=lm, capacities=caps, mp=mp_routes, p2p=p2p, dp_ar=dp_ar, dp_ag=dp_ag,
-                  tiers=tiers)
+    return Routes(placement=pl, links=lm, capacities=caps, mp=mp_routes, cp=cp_routes, p2p=p2p, dp_ar=dp_ar,
+                  dp_ag=dp_ag, tiers=tiers)

@@ -161,11 +161,15 @@ def test_fsdp_over_one_rank_is_refused_in_one_line():
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "training.zero_stage" in r.stderr
 
 
-def test_zero_stage_3_is_fsdp_and_needs_the_hf_framework():
+def test_zero_stages_and_fsdp_options_are_checked():
+    assert TrainingSpec(zero_stage=3).fsdp_sharded and TrainingSpec(fsdp=True).zero_stage == 3
+    assert TrainingSpec(zero_stage=2).reduce_scatters_grads and not TrainingSpec(zero_stage=1).reduce_scatters_grads
+    with pytest.raises(ConfigError, match="training.fsdp"):
+        TrainingSpec(fsdp=True, zero_stage=2)
     with pytest.raises(ConfigError, match="training.zero_stage"):
-        TrainingSpec(zero_stage=3)
+        TrainingSpec(zero_stage=2, framework="hf")  # PyTorch-native runs DDP or FSDP2
     with pytest.raises(ConfigError, match="training.zero_stage"):
-        TrainingSpec(zero_stage=2)
+        TrainingSpec(zero_stage=4)
 
 
 def test_fsdp_exposed_communication_by_hand():

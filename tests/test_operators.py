@@ -129,7 +129,7 @@ def test_flash_and_rmsnorm_ops():
         (lambda: ModelSpec("x", hidden=0, heads=1, layers=1, seq_len=1), "model.hidden"),
         (lambda: ModelSpec("x", hidden=100, heads=3, layers=1, seq_len=1), "model.heads"),
         (lambda: TrainingSpec(micro_batch=-1), "training.micro_batch"),
-        (lambda: TrainingSpec(precision="fp8"), "training.precision"),
+        (lambda: TrainingSpec(precision="fp4"), "training.precision"),
         (lambda: Parallelism(pp=0), "parallelism.pp"),
         (lambda: Parallelism(mp=1.5), "parallelism.mp"),
         (lambda: build_stage_plans(GPT20B, TrainingSpec(), Parallelism(1, 3, 1)), "parallelism.mp"),

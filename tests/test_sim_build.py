@@ -64,10 +64,10 @@ def test_enums_are_their_strings(layout):
     r = simulate(costs, cl, mode="realistic")
     assert r.mode == "realistic" and r.mode is SimMode.REALISTIC and f"{r.mode}" == str(r.mode) == "realistic"
     assert simulate(costs, cl, mode=SimMode.IDEAL).mode == "ideal"
-    assert list(r.exposed) == list(EXPOSED_KINDS) == ["mp", "pp", "dp_allreduce", "dp_allgather"]
+    assert list(r.exposed) == list(EXPOSED_KINDS) == ["mp", "cp", "pp", "dp_allreduce", "dp_allgather"]
     assert r.exposed["mp"] == r.exposed[TrafficKind.MP] and r.breakdown["dp_allgather"] >= 0
     doc = json.loads(json.dumps({"mode": r.mode, "exposed": r.exposed, "breakdown": r.breakdown}))
-    assert doc["mode"] == "realistic" and set(doc["exposed"]) == {"mp", "pp", "dp_allreduce", "dp_allgather"}
+    assert doc["mode"] == "realistic" and set(doc["exposed"]) == {"mp", "cp", "pp", "dp_allreduce", "dp_allgather"}
     assert set(r.components()) >= {"exposed_mp_s", "exposed_dp_allgather_s"}
     steps = one_f_one_b(2, 2, 0)
     assert all(isinstance(s.kind, StepKind) for s in steps) and [f"{s.kind}{s.micro}" for s in steps] == [

@@ -228,7 +228,7 @@ def compare(scenario: ScenarioLike, *, ideal: bool = False, reference_data: str 
     pred = compose_predict(sc, reference_data=reference_data, cache_dir=cache_dir, fit_progress=fit_progress)
     sc = pred.scenario
     c = _compare(pred.costs, sc.cluster, ideal=ideal, seed=sc.simulation.seed,
-                 overlap_dp=sc.simulation.overlap_dp, schedule=sc.parallelism.schedule)
+                 overlap_dp=sc.overlap_grad_reduce, schedule=sc.parallelism.schedule)
     return Comparison(sc.name, c, pred.warnings)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from trainsim.scenarios.commands.common import add_scenario_args, fit_progress, fmt_s, load, print_json, warn
+from trainsim.scenarios.compose import layout_text, memory_line
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,13 +34,12 @@ def render(pred) -> str:
     par, tr = sc.parallelism, sc.training
     m, pp = tr.micro_batches, par.pp
     lines = [
-        f"{sc.name}: {sc.model.name} on {sc.cluster.name}, PP{par.pp} MP{par.mp} DP{par.dp} ({sc.gpus} GPUs), "
+        f"{sc.name}: {sc.model.name} on {sc.cluster.name}, {layout_text(sc)}, "
         f"b={tr.micro_batch}, m={m}, {tr.precision.value}, recompute {tr.recompute.value}",
         f"profile: {pred.profile_name}",
         "",
         f"Eq. 7 iteration time            {fmt_s(e.iteration_s)}",
-        f"  pipeline (m-1+pp)(F+B)        {fmt_s(e.pipeline_s)}   = {m - 1 + pp} x ({fmt_s(e.max_fwd_s).strip()}"
-        f" + {fmt_s(e.max_bwd_s).strip()})",
+        pipeline_line(e, m, pp, par.virtual_stages),
         f"  tail: gradient sync + update  {fmt_s(e.tail_s)}",
         f"    first-stage DP all-reduce   {fmt_s(e.first_stage_sync_s)}",
         f"    max update (optim+gather)   {fmt_s(e.max_update_s)}",
@@ -47,6 +47,7 @@ def render(pred) -> str:
         f"paper's Eq. 7 {fmt_s(e.paper_iteration_s).strip()})",
         f"tokens/s {pred.tokens_per_s(e.iteration_s):,.0f}   MFU {100 * pred.mfu(e.iteration_s):.1f}% "
         f"(of {sc.cluster.gpu.peak_flops / 1e12:.0f} TFLOP/s peak)",
+        memory_line(pred),
         "",
         "stage  enc  params/rank     fwd        bwd     MP(f+b)    P2P(f+b)   DP all-red   optim+gather",
     ]
@@ -59,3 +60,11 @@ def render(pred) -> str:
     for n in costs.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines)
+
+
+def pipeline_line(e, m: int, pp: int, v: int) -> str:
+    if v == 1:
+        return (f"  pipeline (m-1+pp)(F+B)        {fmt_s(e.pipeline_s)}   = {m - 1 + pp} x "
+                f"({fmt_s(e.max_fwd_s).strip()} + {fmt_s(e.max_bwd_s).strip()})")
+    return (f"  pipeline (mv-1+pp)(F+B)/v     {fmt_s(e.pipeline_s)}   = {m * v - 1 + pp}/{v} x "
+            f"({fmt_s(e.max_fwd_s).strip()} + {fmt_s(e.max_bwd_s).strip()})  (interleaved, v = {v})")

@@ -18,6 +18,7 @@ from trainsim.scenarios.commands.common import (
     warn,
     write_atomic,
 )
+from trainsim.scenarios.compose import layout_text, memory_line
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -88,7 +89,7 @@ def render(pred, r) -> str:
     par, tr = sc.parallelism, sc.training
     diff = (r.iteration_s - r.eq7_s) / r.eq7_s if r.eq7_s else 0.0
     lines = [
-        f"{sc.name}: {sc.model.name} on {sc.cluster.name}, PP{par.pp} MP{par.mp} DP{par.dp} ({sc.gpus} GPUs), "
+        f"{sc.name}: {sc.model.name} on {sc.cluster.name}, {layout_text(sc)}, "
         f"b={tr.micro_batch}, m={tr.micro_batches}, {r.mode} simulation, profile {pred.profile_name}",
         "",
         f"iteration time (simulated)   {fmt_s(r.iteration_s)}",
@@ -97,16 +98,17 @@ def render(pred, r) -> str:
         f"MFU                          {100 * r.mfu:11.1f} %",
         f"bubble share                 {100 * r.bubble_share:11.1f} %",
     ]
-    if pred.memory_gib_per_gpu is not None:
-        lines.append(f"memory per GPU (estimate)    {pred.memory_gib_per_gpu:11.1f} GiB")
+    lines.append(memory_line(pred))
     lines += ["", f"critical stage replica: stage {r.critical[0]}, replica {r.critical[1]}; where its time went:"]
     total = sum(r.breakdown.values()) or 1.0
     for k, v in r.breakdown.items():
         if k == "host" and v == 0 and not any(st.host_fwd_s for st in pred.costs.stages):
             continue  # no host-cost model for this run (Megatron, or a profile without one): nothing to say
+        if k == "cp" and par.cp == 1:
+            continue
         lines.append(f"  {k:14} {fmt_s(v)}  {100 * v / total:5.1f} %")
     lines.append("exposed communication on the critical replica: " +
-                 ", ".join(f"{k} {fmt_s(v).strip()}" for k, v in r.exposed.items()))
+                 ", ".join(f"{k} {fmt_s(v).strip()}" for k, v in r.exposed.items() if k != "cp" or par.cp > 1))
     lines.append(f"simulated {r.events:,} events in {r.sim_wall_s:.3f} s")
     for n in pred.costs.notes:
         lines.append(f"note: {n}")
