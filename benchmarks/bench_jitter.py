@@ -1,12 +1,16 @@
-"""Time 1,000 jittered iterations of paper-gpt20b-4-4-8-vista (128 GPUs) with --jobs 2.
+"""Time `trainsim jitter` and `trainsim jitter fit` through the command line, as a user runs them.
 
-Runs ``trainsim jitter``'s Monte Carlo (vista preset) end to end, worker start-up included,
-without the per-kind ablation (``--shares 0``; the ablation re-runs up to 200 seeds per
-jitter source and is timed separately). Uses the reference Vista profile when the
-reference samples are found (TRAINSIM_REFERENCE_DATA), else the roofline profile; the
-profile is fitted once before timing. Prints the median of ``--repeats`` runs.
+* ``mc``: 1,000 jittered iterations of paper-gpt20b-4-4-8-vista (128 GPUs) with ``--jobs 2``,
+  the ``vista`` preset (the busy-day fit), no ablation (``--shares 0``), worker start-up included.
+* ``fit``: ``jitter fit`` of the busy Vista day, 2 layouts x 51 iterations (jobs 127321, 127322),
+  ``--jobs 2``.
 
-    python benchmarks/bench_jitter.py [--repeats 3] [--n 1000] [--jobs 2] [--profile roofline]
+Each is run ``--repeats`` times in a fresh process; the median wall time is printed. The
+reference Vista profile is fitted and cached by a first, untimed run. Needs the reference
+samples (TRAINSIM_REFERENCE_DATA, default ../shared/reference-data/estimate-train-time) and, for
+``fit``, the training logs (TRAINSIM_TRAINING_LOGS, default ../shared/training-logs).
+
+    python benchmarks/bench_jitter.py [--what mc,fit] [--repeats 3] [--n 1000] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -15,47 +19,46 @@ import argparse
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from trainsim.scenarios.compose import predict  # noqa: E402
-from trainsim.scenarios.montecarlo import run_monte_carlo  # noqa: E402
-from trainsim.scenarios.schema import load_scenario  # noqa: E402
-from trainsim.sim.jitter_config import parse_jitter  # noqa: E402
-
 SCENARIO = "paper-gpt20b-4-4-8-vista"
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--what", default="mc,fit")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--profile", default=None, help="default: reference:Vista if the samples are found, else roofline")
-    ap.add_argument("--shares", type=int, default=0)
     args = ap.parse_args()
-    ref = os.environ.get("TRAINSIM_REFERENCE_DATA", str(ROOT.parent / "shared/reference-data/estimate-train-time"))
-    profile = args.profile or ("reference:Vista" if Path(ref, "Vista").is_dir() else "roofline")
-    sc = load_scenario(SCENARIO, [f"profile.name={profile}", "simulation.jitter.preset=vista"])
-    costs = predict(sc, reference_data=ref).costs
-    jitter = parse_jitter(sc.simulation.jitter)
-    walls, res = [], None
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        res = run_monte_carlo(costs, sc.cluster, jitter, args.n, seed=0, jobs=args.jobs, share_samples=args.shares)
-        walls.append(time.perf_counter() - t0)
-    med = statistics.median(walls)
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # timings with cached bytecode, as an installed package runs
+    env.setdefault("TRAINSIM_REFERENCE_DATA", str(ROOT.parent / "shared/reference-data/estimate-train-time"))
+    logs = Path(env.get("TRAINSIM_TRAINING_LOGS", ROOT.parent / "shared/training-logs")) / "iterations.csv"
+    cli = [sys.executable, "-m", "trainsim"]
+    runs = {
+        "mc": cli + ["jitter", SCENARIO, "-n", str(args.n), "--jobs", str(args.jobs), "--shares", "0",
+                     "--set", "simulation.jitter.preset=vista", "-q"],
+        "fit": cli + ["jitter", "fit", str(logs), "--job", "127321", "--job", "127322", "--jobs", str(args.jobs),
+                      "-q"],
+    }
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}")
-    print(f"{SCENARIO} profile {profile}: {args.n} iterations, jobs {args.jobs}, shares {args.shares}")
-    print(f"wall per run: {', '.join(f'{w:.2f}' for w in walls)} s; median {med:.2f} s; "
-          f"{args.n / med:.1f} samples/s")
-    print(f"deterministic {res.deterministic_s:.3f} s; min {res.min_s:.3f} mean {res.mean_s:.3f} "
-          f"p95 {res.p95_s:.3f} max {res.max_s:.3f}; mean over min {res.avg_over_min_pct:+.1f}%")
+          f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
+    subprocess.run(cli + ["predict", SCENARIO, "-q"], check=True, env=env, stdout=subprocess.DEVNULL)  # profile cache
+    for what in args.what.split(","):
+        walls = [timed(runs[what], env) for _ in range(args.repeats)]
+        print(f"{what}: {' '.join(runs[what][2:])}")
+        print(f"  wall per run: {', '.join(f'{w:.1f}' for w in walls)} s; median {statistics.median(walls):.1f} s")
 
 
 if __name__ == "__main__":

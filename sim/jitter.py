@@ -5,11 +5,14 @@ Configured under ``simulation.jitter`` in a scenario (every key also via
 
     simulation:
       jitter:
-        preset: vista              # optional: a preset of sim.jitter_config; explicit keys override it
-        noise:                     # mean-preserving lognormal factor on each transfer's base duration
+        preset: vista-busy         # optional: a preset of sim.jitter_presets; explicit keys override it
+        noise:                     # per message (transfer) on a link tier: the machine, not the layout
           nic:                     # link tier: nic (inter-node) or nvlink (intra-node)
             sigma: 0.25            # dimensionless; factor = exp(N(-sigma^2/2, sigma)), so E[factor] = 1
             kinds: {mp: 0.3}       # optional per traffic kind: mp, pp, dp_allreduce, dp_allgather (dp = both)
+            tail:                  # optional heavy tail: with this probability per message, the factor is
+              probability: 0.001   #   multiplied by a Pareto(alpha) draw >= 1
+              alpha: 2.0
           nvlink: {sigma: 0.02}
         congestion:                # on/off episodes per link of a tier (alternating exponential durations)
           nic:
@@ -52,7 +55,7 @@ TIERS: tuple[str, ...] = tuple(t.value for t in LinkTier)
 KINDS: tuple[str, ...] = tuple(k.value for k in TrafficKind)
 KIND_ALIASES = {"dp": (TrafficKind.DP_ALLREDUCE.value, TrafficKind.DP_ALLGATHER.value)}
 #: Sources of variance the Monte Carlo ablation switches on one at a time.
-SOURCES = ("mp", "pp", "dp", "compute", "congestion")
+SOURCES = ("mp", "pp", "dp", "tail", "compute", "congestion")
 SOURCE_KINDS = {"mp": (TrafficKind.MP.value,), "pp": (TrafficKind.PP.value,), "dp": KIND_ALIASES["dp"]}
 
 FIELD = "simulation.jitter"
@@ -64,11 +67,19 @@ FIELD = "simulation.jitter"
 
 @dataclass(frozen=True)
 class TierNoise:
-    """Lognormal noise on the transfers of one link tier; ``kinds`` overrides sigma per traffic kind."""
+    """Noise on the transfers (messages) of one link tier.
+
+    The body is a mean-preserving lognormal factor (``sigma``; ``kinds`` overrides it per traffic
+    kind). The optional heavy tail: with probability ``tail_probability`` per message the factor is
+    further multiplied by a Pareto(``tail_alpha``) draw >= 1 (a retransmission, an adaptive-routing
+    detour, a stalled queue pair): rare, large and not mean-preserving, since such delays add time.
+    """
 
     tier: str
     sigma: float = 0.0
     kinds: tuple[tuple[str, float], ...] = ()
+    tail_probability: float = 0.0
+    tail_alpha: float = 2.0
 
     def sigma_for(self, kind: str) -> float:
         return dict(self.kinds).get(kind, self.sigma)
@@ -116,24 +127,32 @@ class Jitter:
     preset: str | None = None
     #: sigma per (kind, tier), materialised for the hot path
     _sigma: dict[tuple[str, str], float] = field(init=False, repr=False, compare=False)
+    #: (tail probability, Pareto alpha) per (kind, tier) where a tail is on
+    _tail: dict[tuple[str, str], tuple[float, float]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         table = {}
+        tails = {}
         for tn in self.noise:
             for kind in KINDS:
                 s = tn.sigma_for(kind)
                 if s > 0:
                     table[(kind, tn.tier)] = s
+                if tn.tail_probability > 0:
+                    tails[(kind, tn.tier)] = (tn.tail_probability, tn.tail_alpha)
         object.__setattr__(self, "_sigma", table)
+        object.__setattr__(self, "_tail", tails)
 
     # -- what is on ------------------------------------------------------------------------
     @property
     def active(self) -> bool:
-        return bool(self._sigma) or bool(self.congestion) or self.compute.active
+        return bool(self._sigma) or bool(self._tail) or bool(self.congestion) or self.compute.active
 
     def sources(self) -> tuple[str, ...]:
         """The variance sources this configuration switches on (subset of SOURCES)."""
         out = [s for s, kinds in SOURCE_KINDS.items() if any((k, t) in self._sigma for k in kinds for t in TIERS)]
+        if self._tail:
+            out.append("tail")
         if self.compute.active:
             out.append("compute")
         if self.congestion:
@@ -150,6 +169,9 @@ class Jitter:
             return Jitter(compute=self.compute, preset=self.preset)
         if source == "congestion":
             return Jitter(congestion=self.congestion, preset=self.preset)
+        if source == "tail":  # the heavy tail of every tier that has one, lognormal bodies off
+            return Jitter(noise=tuple(TierNoise(tn.tier, 0.0, (), tn.tail_probability, tn.tail_alpha)
+                                      for tn in self.noise if tn.tail_probability > 0), preset=self.preset)
         kinds = SOURCE_KINDS[source]
         noise = tuple(
             TierNoise(tn.tier, 0.0, tuple((k, tn.sigma_for(k)) for k in kinds)) for tn in self.noise
@@ -165,6 +187,8 @@ class Jitter:
                 entry: dict[str, Any] = {"sigma": tn.sigma}
                 if tn.kinds:
                     entry["kinds"] = dict(tn.kinds)
+                if tn.tail_probability > 0:
+                    entry["tail"] = {"probability": tn.tail_probability, "alpha": tn.tail_alpha}
                 out["noise"][tn.tier] = entry
         if self.congestion:
             out["congestion"] = {
@@ -189,9 +213,11 @@ class Jitter:
     def comm_factor(self, kind: str, tier: str, rng: np.random.Generator) -> float:
         """Multiplier of one transfer's base duration: lognormal with mean 1 (1.0 when off)."""
         sigma = self._sigma.get((kind, tier))
-        if sigma is None:
-            return 1.0
-        return _lognormal(sigma, float(rng.standard_normal()))
+        f = 1.0 if sigma is None else _lognormal(sigma, float(rng.standard_normal()))
+        tail = self._tail.get((kind, tier))
+        if tail is not None:
+            f *= _pareto_tail(tail, float(rng.random()))
+        return f
 
     def compute_factor(self, stage: int, replica: int, rng: np.random.Generator) -> float:
         """Multiplier of one compute timeout of (stage, replica): straggler slowdown times noise."""
@@ -207,6 +233,17 @@ def _lognormal(sigma: float, z: float) -> float:
     return math.exp(sigma * z - 0.5 * sigma * sigma)
 
 
+def _pareto_tail(tail: tuple[float, float], u: float) -> float:
+    """The tail multiplier from a uniform ``u`` in [0, 1): Pareto(alpha) >= 1 with probability p, else 1.
+
+    Given u < p, u / p is uniform on (0, 1), so one uniform decides both whether and how much.
+    """
+    p, alpha = tail
+    if u >= p:
+        return 1.0
+    return (max(u, 1e-300) / p) ** (-1.0 / alpha)
+
+
 class RunJitter:
     """A :class:`Jitter` bound to one run: the run's streams and which ranks straggle (see module doc)."""
 
@@ -219,15 +256,23 @@ class RunJitter:
         self._noise: dict[tuple[str, str], NormalStream] = {}  # (kind, tier) -> its stream
 
     def comm_factor(self, kind: str, tier: str) -> float:
-        """Multiplier of one transfer's base duration: lognormal with mean 1 (1.0 when off)."""
-        sigma = self.config._sigma.get((kind, tier))
-        if sigma is None:
-            return 1.0
-        stream = self._noise.get((kind, tier))
-        if stream is None:
-            # str(): the key's repr seeds the stream, so enum members must not appear in it.
-            stream = self._noise[kind, tier] = self.streams.stream(("noise", str(kind), str(tier)))
-        return _lognormal(sigma, stream.normal())
+        """Multiplier of one transfer's base duration: lognormal with mean 1, times the tail (1.0 when off)."""
+        config = self.config
+        sigma = config._sigma.get((kind, tier))
+        f = 1.0
+        if sigma is not None:
+            stream = self._noise.get((kind, tier))
+            if stream is None:
+                # str(): the key's repr seeds the stream, so enum members must not appear in it.
+                stream = self._noise[kind, tier] = self.streams.stream(("noise", str(kind), str(tier)))
+            f = _lognormal(sigma, stream.normal())
+        if config._tail:
+            tail = config._tail.get((kind, tier))
+            if tail is not None:
+                # Its own keyed stream: switching the tail on leaves the body's draws unchanged.
+                ts = self.streams.stream(("tail", str(kind), str(tier)))
+                f *= _pareto_tail(tail, 0.5 * math.erfc(-ts.normal() / math.sqrt(2.0)))
+        return f
 
     def compute_factor(self, stage: int, replica: int) -> float:
         """Multiplier of one compute timeout of (stage, replica): straggler slowdown times noise."""

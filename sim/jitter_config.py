@@ -23,25 +23,14 @@ from trainsim.sim.jitter import (
     Jitter,
     TierNoise,
 )
+from trainsim.sim.jitter_presets import FITTED_PRESETS, PRESET_ALIASES
 
 # ---------------------------------------------------------------------------------------------
-# Presets (reasoning in docs/jitter.md)
+# Presets: fitted on measured iteration times (sim.jitter_presets; how in docs/jitter.md)
 
-JITTER_PRESETS: dict[str, dict[str, Any]] = {
-    # Vista: one GH200 and one NDR NIC per node, so every MP, PP and DP collective crosses
-    # InfiniBand; a shared fabric with adaptive routing sees per-collective variability and
-    # multi-second congestion episodes from other jobs.
-    "vista": {
-        "noise": {"nic": {"sigma": 0.2}, "nvlink": {"sigma": 0.02}},
-        "congestion": {"nic": {"bandwidth_factor": 0.25, "mean_on_s": 15.0, "mean_off_s": 25.0, "scope": "tier"}},
-        "compute": {"sigma": 0.01, "stragglers": {"probability": 0.01, "slowdown": 1.1}},
-    },
-    # Perlmutter: four A100s per node on NVLink, four Slingshot NICs; the paper measures under 1%.
-    "perlmutter": {
-        "noise": {"nic": {"sigma": 0.01}, "nvlink": {"sigma": 0.005}},
-        "compute": {"sigma": 0.002},
-    },
-}
+JITTER_PRESETS: dict[str, dict[str, Any]] = {name: p["jitter"] for name, p in FITTED_PRESETS.items()}
+for _alias, _target in PRESET_ALIASES.items():
+    JITTER_PRESETS[_alias] = JITTER_PRESETS[_target]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,8 +117,15 @@ def parse_jitter(mapping: Mapping[str, Any] | None) -> Jitter | None:
         tier = _tier(tier_key, f"{FIELD}.noise")
         path = f"{FIELD}.noise.{tier}"
         entry = _mapping(entry, path)
-        _keys(entry, path, ("sigma", "kinds"))
+        _keys(entry, path, ("sigma", "kinds", "tail"))
         sigma = _sigma(entry.get("sigma", 0.0), f"{path}.sigma")
+        tail = _mapping(entry.get("tail"), f"{path}.tail")
+        _keys(tail, f"{path}.tail", ("probability", "alpha"))
+        tail_p = _probability(tail.get("probability", 0.0), f"{path}.tail.probability")
+        tail_alpha = _number(tail.get("alpha", 2.0), f"{path}.tail.alpha")
+        if not 1 < tail_alpha <= 20:  # alpha <= 1: a Pareto draw of infinite mean
+            raise ConfigError(f"{path}.tail.alpha", f"the Pareto shape must lie in (1, 20] (finite mean), "
+                                                    f"got {tail_alpha!r}")
         kinds: dict[str, float] = {}
         ksec = _mapping(entry.get("kinds"), f"{path}.kinds")
         # 'dp' first so that an explicit dp_allreduce / dp_allgather overrides it
@@ -140,7 +136,7 @@ def parse_jitter(mapping: Mapping[str, Any] | None) -> Jitter | None:
             s = _sigma(ksec[kind], f"{path}.kinds.{kind}")
             for k in KIND_ALIASES.get(kind, (kind,)):
                 kinds[k] = s
-        noise.append(TierNoise(tier, sigma, tuple(sorted(kinds.items()))))
+        noise.append(TierNoise(tier, sigma, tuple(sorted(kinds.items())), tail_p, tail_alpha if tail_p > 0 else 2.0))
 
     congestion = []
     csec = _mapping(raw.get("congestion"), f"{FIELD}.congestion")

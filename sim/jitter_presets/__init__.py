@@ -1,0 +1,44 @@
+"""Jitter presets fitted on measured per-iteration times: the machine and the day, not the layout.
+
+Each entry says what it was fitted on and the command that produced it (``trainsim jitter fit``,
+run from the repository root beside ``../shared``); its ``jitter`` mapping is what that command
+wrote under ``simulation.jitter`` (docs/jitter.md shows each fit). Nothing here is chosen by
+hand: the constants a fit holds fixed (NVLink noise, compute noise, stragglers) are zero, as the
+paper scenarios set none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+LOGS = "../shared/training-logs/iterations.csv"
+
+FITTED_PRESETS: dict[str, dict[str, Any]] = {
+    "vista-busy": {
+        "fitted_on": "Vista, busy day: jobs 127321 (gpt20b 4-4-8) and 127322 (4-8-4), 51 iterations each",
+        "command": f"trainsim jitter fit {LOGS} --job 127321 --job 127322 --jobs 2 --out vista-busy.yaml",
+        "jitter": {"noise": {"nic": {"sigma": 0.5}},
+                   "congestion": {"nic": {"bandwidth_factor": 0.3154,
+                                          "mean_on_s": 5.758,
+                                          "mean_off_s": 6.112,
+                                          "scope": "tier"}}},
+    },
+    "vista-quiet": {
+        "fitted_on": "Vista, quiet day: jobs 100696 (gpt20b 4-4-8) and 100697 (4-8-4), 6 iterations each",
+        "command": f"trainsim jitter fit {LOGS} --job 100696 --job 100697 --jobs 2 --out vista-quiet.yaml",
+        "jitter": {"noise": {"nic": {"sigma": 0.4999}},
+                   "congestion": {"nic": {"bandwidth_factor": 0.5551,
+                                          "mean_on_s": 7.288,
+                                          "mean_off_s": 16.752,
+                                          "scope": "tier"}}},
+    },
+    "perlmutter": {
+        "fitted_on": "Perlmutter: jobs 31694544 (gpt20b 4-4-8, 6 iterations) and 31697107 (4-8-4, 7)",
+        "command": f"trainsim jitter fit {LOGS} --job 31694544 --job 31697107 --jobs 2 --out perlmutter.yaml",
+        "jitter": {"noise": {"nic": {"sigma": 0.0191}}},
+    },
+}
+
+#: ``vista`` names the busy-day fit: it rests on 102 iterations (the quiet day has 12), and the
+#: paper's "up to about 2x" describes a busy fabric.
+PRESET_ALIASES: dict[str, str] = {"vista": "vista-busy"}
