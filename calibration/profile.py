@@ -19,6 +19,7 @@ the measured sizes where a tree steps (``collective_model="auto"`` of :func:`fit
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -49,7 +50,18 @@ from trainsim.calibration.samples import (
     load_sample_dir,
 )
 from trainsim.operators.errors import ConfigError
-from trainsim.operators.ops import FEATURE_NAMES, Collective, CollKind, Direction, Op, OpKind, features
+from trainsim.operators.ops import (
+    FEATURE_NAMES,
+    Collective,
+    CollKind,
+    Direction,
+    Op,
+    OpKind,
+    bytes_moved,
+    features,
+    flops,
+    work_exponents,
+)
 
 # 2: the tree arrays are one uncompressed, aligned file read through a memory map (format 1 was
 # a compressed npz: a warm `trainsim predict` spent 0.2 s decompressing and parsing headers)
@@ -144,6 +156,13 @@ class FittedProfile:
             regressors if isinstance(regressors, _LazyRegressors) else dict(regressors))
         self.manifest = dict(manifest or {})
         self._warned: set[tuple] = set()
+        # Above a feature's sampled range: "work" scales the duration at the edge by the operator's
+        # work (ops.work_exponents; the efficiency stays the edge's), "edge" keeps the edge value as
+        # the paper's trees do. The reference profiles use "edge" so the paper's cases reproduce.
+        self.extrapolate = "work"
+        # (peak FLOP/s, memory bytes/s) of the GPU priced: a shape scaled from the edge is never
+        # priced under its roofline bound (the edge's efficiency can exceed what a bigger shape gets)
+        self.hardware: tuple[float, float] | None = None
         # per PyTorch runtime, its host (CPU) cost (calibration.host_overhead); None: not measured
         self.host_overhead: dict[str, dict] | None = None
         # compute-communication interference (calibration.interference.InterferenceModel); None: not measured
@@ -151,8 +170,22 @@ class FittedProfile:
 
     # ------------------------------------------------------------------ prediction
 
-    def _predict(self, key: str, X: np.ndarray, label: str, names: Sequence[str]) -> np.ndarray:
+    def with_extrapolation(self, mode: str, hardware: tuple[float, float] | None = None) -> FittedProfile:
+        """The same regressors, extrapolating above their range by ``mode`` ("work" or "edge"), a
+        scaled shape never under the roofline of ``hardware`` (peak FLOP/s, memory bytes/s)."""
+        if mode not in ("work", "edge"):
+            raise ConfigError("profile.extrapolate", f"must be work or edge, got {mode!r}")
+        if mode == self.extrapolate and hardware == self.hardware:
+            return self
+        other = copy.copy(self)
+        other.extrapolate, other.hardware = mode, hardware
+        other._warned = set()
+        return other
+
+    def _predict(self, key: str, X: np.ndarray, label: str, names: Sequence[str],
+                 exponents: Sequence[float] | None = None) -> np.ndarray:
         reg = self.regressors[key]
+        scale_up = self.extrapolate == "work" and exponents is not None and not isinstance(reg.ensemble, LogLogCurve)
         for j, fname in enumerate(names):
             col = X[:, j]
             lo, hi = reg.feature_min[j], reg.feature_max[j]
@@ -164,12 +197,23 @@ class FittedProfile:
                 if isinstance(reg.ensemble, LogLogCurve):
                     how = ("the curve holds the smallest sampled size's time (latency floor)" if worst < lo else
                            "the curve scales the largest sampled size's time with size (its bus bandwidth)")
+                elif scale_up:
+                    how = ("the edge's time scaled with the work (efficiency held at the edge's, never above the "
+                           "roofline)" if worst > hi else
+                           "the trees hold the value at the edge (launch and latency floors)")
                 else:
                     how = "the trees predict the value at the edge of that range"
                 warnings.warn(ExtrapolationWarning(
                     f"profile '{self.name}': {label} feature {fname} = {worst:g} is outside the sampled range "
                     f"[{lo:g}, {hi:g}]; {how}"), stacklevel=3)
         us = reg.ensemble.predict(X)
+        if scale_up:
+            assert exponents is not None
+            # a tree's value above its range is the edge's (its splits lie inside), so this is the
+            # edge's duration times the growth of the work from the edge to the asked shape
+            hi = np.asarray(reg.feature_max, dtype=float)
+            ratio = np.where((X > hi) & (hi > 0), X / np.where(hi > 0, hi, 1.0), 1.0)
+            us = us * np.prod(ratio ** np.asarray(exponents, dtype=float), axis=1)
         if not (np.isfinite(us).all() and (us >= 0).all()):
             raise ConfigError("profile", f"profile '{self.name}' predicted an invalid duration for {label}: "
                                          f"{us[~(np.isfinite(us) & (us >= 0))][0]!r} us")
@@ -187,7 +231,14 @@ class FittedProfile:
                 raise ConfigError("profile", f"profile '{self.name}' has no samples for operator {kind.value} "
                                              f"({direction.value})")
             X = np.array([features(ops[i]) for i in idx], dtype=np.float64)
-            out[idx] = self._predict(key, X, f"operator {kind.value} ({direction.value})", FEATURE_NAMES[kind])
+            out[idx] = self._predict(key, X, f"operator {kind.value} ({direction.value})", FEATURE_NAMES[kind],
+                                     work_exponents(kind))
+            if self.extrapolate == "work" and self.hardware is not None:
+                above = (X > self.regressors[key].feature_max).any(axis=1)
+                peak, bw = self.hardware
+                for i in np.asarray(idx)[above]:
+                    bound = max(flops(ops[i], direction) / peak, bytes_moved(ops[i], direction) / bw)
+                    out[i] = max(out[i], bound)
         return out
 
     def collective_seconds(self, colls: Sequence[Collective]) -> np.ndarray:
@@ -204,7 +255,7 @@ class FittedProfile:
             c = colls[idx[0]]
             X = np.array([[colls[i].entries] for i in idx], dtype=np.float64)
             label = f"collective {c.kind.value} over {c.nodes}x{c.gpus_per_node} GPUs"
-            out[idx] = self._predict(key, X, label, COLLECTIVE_FEATURES)
+            out[idx] = self._predict(key, X, label, COLLECTIVE_FEATURES, (1.0,))
         return out
 
     # ------------------------------------------------------------------ reports

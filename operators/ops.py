@@ -132,6 +132,31 @@ FEATURE_NAMES: dict[OpKind, tuple[str, ...]] = {
 }
 
 
+#: How an operator's work grows with each of its Table I features (work ∝ Π feature^exponent, from
+#: the FLOP and byte counts below): where an asked feature lies above the sampled range, a profile
+#: scales the duration at the range's edge by the work's growth (the efficiency stays the edge's).
+#: Every feature not listed here counts with exponent 1 (a product of sizes); the hf kinds carry
+#: their work as their last feature.
+_WORK_EXPONENTS: dict[OpKind, tuple[float, ...]] = {
+    OpKind.EMBEDDING: (1.0, 0.0, 1.0),  # a gather of b*l rows of d; the vocabulary only sizes the table
+    OpKind.FILLMASK: (1.0, 1.0, 2.0, 0.0),  # a b x h/mp x l x l mask
+    OpKind.FLASH_ATTN: (1.0, 2.0, 1.0, 1.0),  # b * l^2 * h/mp * d/h
+    OpKind.OPTIMIZER_FIRST: (-1.0, 2.0, 1.0),  # encoders * d^2 / mp parameters
+    OpKind.OPTIMIZER_MIDDLE: (-1.0, 2.0, 1.0),
+    OpKind.OPTIMIZER_LAST: (-1.0, 2.0, 1.0),
+}
+
+
+def work_exponents(kind: OpKind) -> tuple[float, ...]:
+    """Exponents of the work in each feature of ``kind`` (see ``_WORK_EXPONENTS``)."""
+    if kind in _WORK_EXPONENTS:
+        return _WORK_EXPONENTS[kind]
+    n = len(FEATURE_NAMES[kind])
+    if kind.value.startswith("hf_") and n > 1:
+        return (0.0,) * (n - 1) + (1.0,)
+    return (1.0,) * n
+
+
 @dataclass(frozen=True, slots=True)
 class Op:
     """One operator at one shape, on one MP rank.

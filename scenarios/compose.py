@@ -55,7 +55,12 @@ def duration_model(scenario: Scenario, reference_data: str | None = None,
             name, reference_dir=ref, cache_dir=cache_dir,
             progress=None if fit_progress is None else fit_progress.update,
             on_total=None if fit_progress is None else fit_progress.set_total)
-    return _PROFILE_CACHE[key]
+    model = _PROFILE_CACHE[key]
+    with_mode = getattr(model, "with_extrapolation", None)
+    if with_mode is None:
+        return model
+    gpu = scenario.cluster.gpu
+    return with_mode(scenario.profile.extrapolation, (gpu.peak_flops, gpu.mem_bw))
 
 
 @dataclass(frozen=True)

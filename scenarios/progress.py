@@ -237,8 +237,8 @@ def _render_group(messages: list[str], counts: dict[str, int]) -> str:
     if " is outside the sampled range" in first:
         feats = list(dict.fromkeys(f.group(1) for f in (_FEATURE.search(x) for x in messages) if f))
         of = f" ({', '.join(feats)})" if feats else ""
-        return (f"{head}{len(messages)} inputs outside the sampled range{of} of {subjects}; "
-                "the trees predict the value at the edge of that range")
+        how = first.split("]; ", 1)[1] if "]; " in first else "the trees predict the value at the edge of that range"
+        return f"{head}{len(messages)} inputs outside the sampled range{of} of {subjects}; {how}"
     return f"{head}{len(messages)} of this kind ({subjects}), e.g. {first[a:]}"
 
 

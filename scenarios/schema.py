@@ -46,8 +46,19 @@ class ProfileSpec:
 
     name: str = "roofline"
     reference_data: str | None = None  # overrides --reference-data / TRAINSIM_REFERENCE_DATA
+    # above a regressor's sampled range: "work" scales the edge's time with the operator's work,
+    # "edge" keeps the edge's time (the paper's trees); None: edge for reference:*, else work
+    extrapolate: str | None = None
+
+    @property
+    def extrapolation(self) -> str:
+        if self.extrapolate is not None:
+            return self.extrapolate
+        return "edge" if self.name.startswith("reference:") else "work"
 
     def __post_init__(self) -> None:
+        if self.extrapolate is not None and self.extrapolate not in ("work", "edge"):
+            raise ConfigError("profile.extrapolate", f"must be work or edge, got {show(self.extrapolate)}")
         if not isinstance(self.name, str) or not self.name.strip():
             raise ConfigError("profile.name", f"must be a profile name or a samples folder, got {show(self.name)}")
         if self.reference_data is not None and (not isinstance(self.reference_data, str)

@@ -70,6 +70,7 @@ profile: {name: roofline}
         (GOOD, ["parallelism.split=megatron", "parallelism.pp=3", "parallelism.dp=1", "parallelism.mp=8"],
          "parallelism.pp: Megatron's split needs the 32 encoders divisible by the 3"),
         (GOOD, ["model.mlp=geglu"], "model.mlp: unknown value"),
+        (GOOD, ["profile.extrapolate=wild"], "profile.extrapolate: must be work or edge"),
         (GOOD, ["simulation.mode=fast"], "simulation.mode"),
         (GOOD, ["nonsense"], "--set: expected section.key=value"),
     ],
