@@ -275,3 +275,19 @@ def test_bad_model_options_name_their_key():
         with pytest.raises(ConfigError) as e:
             ModelSpec("x", hidden=64, heads=8, layers=2, seq_len=16, **kwargs)
         assert e.value.field == key
+
+
+def test_sweep_searches_cp_and_sequence_parallelism_and_skips_simulating_what_does_not_fit():
+    from trainsim.api import load_scenario, sweep
+
+    sc = load_scenario("llama3-8b-dgxh100", ["profile.name=roofline"])
+    res = sweep(sc, pp=[1, 2], mp=[1, 2, 4], cp=[1, 2], sequence_parallel=[False, True]).result
+    names = {r.layout for r in res.rows} | {s.layout for s in res.skipped}
+    assert {"1-2-2-cp2-sp", "1-2-4", "2-4-1"} <= names
+    assert not any(n.endswith("-sp") and n.split("-")[1] == "1" for n in names)  # SP over one rank: the same layout
+    for r in res.rows:
+        assert r.simulated == r.fits_memory
+        if not r.simulated:
+            assert r.simulated_s == r.eq7_s
+    fits = [r.fits_memory for r in res.rows]
+    assert fits == sorted(fits, reverse=True)  # layouts that fit first

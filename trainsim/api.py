@@ -297,17 +297,23 @@ class Sweep:
 
 
 def sweep(scenario: ScenarioLike, *, pp: Collection[int] | None = None, mp: Collection[int] | None = None,
+          cp: Collection[int] | None = None, sequence_parallel: Collection[bool] | None = None,
           progress: ProgressCallback | None = None, reference_data: str | None = None,
           cache_dir: str | None = None, max_events: int | None = None) -> Sweep:
-    """Predict, simulate and memory-check every layout ``pp * mp * dp`` of the scenario's GPU count.
+    """Predict and memory-check every layout ``pp * mp * dp * cp`` of the scenario's GPU count, and
+    simulate those that fit.
 
-    The global batch is kept (micro-batches per replica follow dp); layouts the model, the
-    cluster or the resource guard refuse are listed in ``result.skipped`` with the reason.
+    ``cp``: context-parallel degrees to try (default the scenario's); ``sequence_parallel``: the
+    settings to try, e.g. ``(False, True)`` (default the scenario's). The global batch is kept
+    (micro-batches per replica follow dp); layouts the model, the cluster or the resource guard
+    refuse are listed in ``result.skipped`` with the reason.
     """
     from trainsim.scenarios.sweep import sweep_layouts
 
     sc = _scenario(scenario)
     res = sweep_layouts(sc, pps=None if pp is None else sorted(set(pp)), mps=None if mp is None else sorted(set(mp)),
+                        cps=None if cp is None else sorted(set(cp)),
+                        sps=None if sequence_parallel is None else list(dict.fromkeys(sequence_parallel)),
                         reference_data=reference_data, cache_dir=cache_dir, progress=progress,
                         check=lambda s: _guard(s, max_events))
     return Sweep(res)

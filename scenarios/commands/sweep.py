@@ -17,6 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_scenario_args(p)
     p.add_argument("--pp", default=None, metavar="LIST", help="pipeline degrees to try (default: all divisors)")
     p.add_argument("--mp", default=None, metavar="LIST", help="model-parallel degrees to try (default: all divisors)")
+    p.add_argument("--cp", default=None, metavar="LIST", help="context-parallel degrees to try (default: the scenario's)")
+    p.add_argument("--sp", choices=("on", "off", "both"), default=None,
+                   help="sequence parallelism to try (default: the scenario's)")
     p.add_argument("--top", type=int, default=10, help="layouts to show, text and --json alike (default 10)")
     p.set_defaults(func=run)
 
@@ -39,10 +42,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.top < 1:
         raise ConfigError("--top", f"must be positive, got {args.top}")
-    pps, mps = _int_list(args.pp, "--pp"), _int_list(args.mp, "--mp")
+    pps, mps, cps = _int_list(args.pp, "--pp"), _int_list(args.mp, "--mp"), _int_list(args.cp, "--cp")
+    sps = {"on": [True], "off": [False], "both": [False, True]}.get(args.sp or "")
     base = load(args)
-    with progress_bar(args, "sweep", count_layouts(base.gpus, pps, mps), unit="layouts") as bar:
-        res = api.sweep(base, pp=pps, mp=mps, progress=bar.update, reference_data=args.reference_data,
+    total = count_layouts(base.gpus, pps, mps, cps or [base.parallelism.cp], sps)
+    with progress_bar(args, "sweep", total, unit="layouts") as bar:
+        res = api.sweep(base, pp=pps, mp=mps, cp=cps, sequence_parallel=sps, progress=bar.update,
+                        reference_data=args.reference_data,
                         cache_dir=args.cache_dir, max_events=getattr(args, "max_events", None)).result
     if args.json:
         print_json(res.to_dict(top=args.top))
@@ -52,11 +58,12 @@ def run(args: argparse.Namespace) -> int:
           f"b={base.training.micro_batch}, GPU memory {res.gpu_mem_gib:.0f} GiB; "
           f"{len(res.rows) + len(res.skipped)} layouts tried, {len(res.rows)} ranked, {len(res.skipped)} skipped"
           + (f"; the {len(shown)} best shown (--top)" if len(shown) < len(res.rows) else ""))
-    print(f"{'PP-MP-DP':>9} {'m':>4} {'simulated':>11} {'Eq. 7':>11} {'tokens/s':>11} {'MFU':>6} "
+    width = max([9, *(len(r.layout) for r in shown)])
+    print(f"{'PP-MP-DP':>{width}} {'m':>4} {'simulated':>11} {'Eq. 7':>11} {'tokens/s':>11} {'MFU':>6} "
           f"{'bubble':>7} {'GiB/GPU':>8}")
     for r in shown:
-        flag = "" if r.fits_memory else "  does not fit"
-        print(f"{r.layout:>9} {r.micro_batches:>4} {fmt_s(r.simulated_s):>11} {fmt_s(r.eq7_s):>11} "
+        flag = "" if r.fits_memory else "  does not fit (not simulated: Eq. 7's time)"
+        print(f"{r.layout:>{width}} {r.micro_batches:>4} {fmt_s(r.simulated_s):>11} {fmt_s(r.eq7_s):>11} "
               f"{r.tokens_per_s:11,.0f} {100 * r.mfu:5.1f}% {100 * r.bubble_share:6.1f}% "
               f"{r.memory_gib_per_gpu:8.1f}{flag}")
     if res.skipped:
