@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_scenario_args(p)
     p.add_argument("--pp", default=None, metavar="LIST", help="pipeline degrees to try (default: all divisors)")
     p.add_argument("--mp", default=None, metavar="LIST", help="model-parallel degrees to try (default: all divisors)")
-    p.add_argument("--cp", default=None, metavar="LIST", help="context-parallel degrees to try (default: the scenario's)")
+    p.add_argument("--cp", default=None, metavar="LIST", help="context-parallel degrees (default: the scenario's)")
     p.add_argument("--sp", choices=("on", "off", "both"), default=None,
                    help="sequence parallelism to try (default: the scenario's)")
     p.add_argument("--top", type=int, default=10, help="layouts to show, text and --json alike (default 10)")
