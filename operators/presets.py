@@ -15,10 +15,11 @@ from trainsim.operators.spec import Attention, Mlp, ModelSpec, Norm, Position
 
 def _llama(name: str, hidden: int, heads: int, kv_heads: int, layers: int, seq_len: int, vocab: int,
            ffn: int) -> ModelSpec:
-    """A LLaMA-family decoder: RMSNorm, SwiGLU, RoPE, no linear biases, untied embeddings."""
+    """A LLaMA-family decoder: RMSNorm, SwiGLU, RoPE, no linear biases, untied embeddings, no dropout
+    (attention_dropout 0.0 in every card's config)."""
     return ModelSpec(name, hidden=hidden, heads=heads, kv_heads=kv_heads, layers=layers, seq_len=seq_len,
                      vocab=vocab, ffn_hidden=ffn, norm=Norm.RMSNORM, mlp=Mlp.SWIGLU, position=Position.ROPE,
-                     tied_embeddings=False, bias=False, attention=Attention.FLASH,
+                     tied_embeddings=False, bias=False, attention=Attention.FLASH, dropout=False,
                      fwd_mp_syncs=2, bwd_mp_syncs=2)
 
 
@@ -81,7 +82,8 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
     "nemotron4-340b": ModelSpec("nemotron4-340b", hidden=18432, heads=96, kv_heads=8, layers=96,
                                 seq_len=4096, vocab=256000, ffn_hidden=73728, norm=Norm.LAYERNORM,
                                 mlp=Mlp.GELU, position=Position.ROPE, tied_embeddings=False, bias=False,
-                                attention=Attention.FLASH, fwd_mp_syncs=2, bwd_mp_syncs=2),
+                                attention=Attention.FLASH, dropout=False,  # the report: "no dropout"
+                                fwd_mp_syncs=2, bwd_mp_syncs=2),
 }
 
 #: Each published preset's source (model card, else paper) and the parameter count it gives.

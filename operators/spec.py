@@ -132,6 +132,7 @@ class ModelSpec:
     # rope | learned | alibi; None: rope when ``rotary`` (the paper's GPT-NeoX), else learned
     position: Position | None = None
     bias: bool = True  # linear layers carry biases (GPT-NeoX, GPT-3); LLaMA-family models have none
+    dropout: bool = True  # attention and hidden dropout (their masks are kept); LLaMA-family models have none
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -143,7 +144,7 @@ class ModelSpec:
         _bounded("model.fwd_mp_syncs", self.fwd_mp_syncs, MAX_SYNCS, minimum=0)
         _bounded("model.bwd_mp_syncs", self.bwd_mp_syncs, MAX_SYNCS, minimum=0)
         _bounded("model.kv_heads", self.kv_heads, MAX_WIDTH, minimum=0)
-        for key in ("rotary", "tied_embeddings", "bias"):
+        for key in ("rotary", "tied_embeddings", "bias", "dropout"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"model.{key}", f"must be true or false, got {show(getattr(self, key))}")
         if self.hidden % self.heads:

@@ -291,3 +291,14 @@ def test_sweep_searches_cp_and_sequence_parallelism_and_skips_simulating_what_do
             assert r.simulated_s == r.eq7_s
     fits = [r.fits_memory for r in res.rows]
     assert fits == sorted(fits, reverse=True)  # layouts that fit first
+
+
+def test_a_model_without_dropout_keeps_no_masks():
+    from trainsim.operators.memory import layer_activations
+
+    with_drop = dataclasses.replace(LLAMA, dropout=True, attention="fused_softmax", seq_len=2048)
+    a, b = layer_activations(with_drop, 1, 8), layer_activations(dataclasses.replace(with_drop, dropout=False), 1, 8)
+    s, h, heads = 2048, 4096, 32
+    assert a.whole - b.whole == 2 * s * h  # two 1-byte masks of h per token
+    assert a.scores - b.scores == 3 * heads * s * s / 8  # the scores' mask (1) and dropout output (2)
+    assert a.split == b.split
