@@ -38,6 +38,9 @@ from trainsim.operators.ops import Collective, CollKind, Direction, Op, OpKind
 COMPUTE_COLUMNS = ("op", "direction", "b", "l", "d", "h", "mp", "v", "f", "layers", "duration_us")
 COLLECTIVE_COLUMNS = ("collective", "entries", "nodes", "gpus_per_node", "duration_us")
 OPTIONAL_COLUMN = "iteration"
+# compute tables may carry the QKV projection's key/value heads (Op.kv; 0 or absent: multi-head)
+# after duration_us and before iteration; tables written now always do
+KV_COLUMN = "kv"
 COMPUTE_FILE = "compute.csv"
 COLLECTIVE_FILE = "collectives.csv"
 META_FILE = "meta.json"
@@ -116,10 +119,10 @@ def _rows(path: Path, columns: Sequence[str]) -> Iterable[tuple[str, dict[str, s
         if header is None:
             return
         header = [c.strip() for c in header]
-        allowed = (list(columns), [*columns, OPTIONAL_COLUMN])
-        if header not in allowed:
+        if header not in _headers(columns):
+            extra = f"[,{KV_COLUMN}]" if columns == COMPUTE_COLUMNS else ""
             raise ConfigError(f"{path}:1",
-                              f"header must be {','.join(columns)}[,{OPTIONAL_COLUMN}], got {','.join(header)}")
+                              f"header must be {','.join(columns)}{extra}[,{OPTIONAL_COLUMN}], got {','.join(header)}")
         for cells in reader:
             where = f"{path}:{reader.line_num}"
             if not cells or all(not c.strip() for c in cells):
@@ -127,6 +130,12 @@ def _rows(path: Path, columns: Sequence[str]) -> Iterable[tuple[str, dict[str, s
             if len(cells) != len(header):
                 raise ConfigError(where, f"expected {len(header)} columns, got {len(cells)}")
             yield where, dict(zip(header, (c.strip() for c in cells), strict=True))
+
+
+def _headers(columns: Sequence[str]) -> list[list[str]]:
+    """The headers a table of ``columns`` may have: optional kv (compute tables), optional iteration."""
+    kv = [[], [KV_COLUMN]] if tuple(columns) == COMPUTE_COLUMNS else [[]]
+    return [[*columns, *k, *it] for k in kv for it in ([], [OPTIONAL_COLUMN])]
 
 
 def _iteration(where: str, row: dict[str, str]) -> int | None:
@@ -152,7 +161,10 @@ def read_compute(path: str | os.PathLike) -> list[ComputeSample]:
         shape = {c: _int(where, c, row[c], 0 if c in ("f", "layers") else 1) for c in _SHAPE_FIELDS}
         if kind.is_optimizer and shape["layers"] < 1:
             raise ConfigError(where, "column 'layers': an optimizer sample needs layers >= 1")
-        out.append(ComputeSample(Op(kind, **shape), direction, _duration(where, row["duration_us"]),
+        kv = _int(where, KV_COLUMN, row[KV_COLUMN], 0) if row.get(KV_COLUMN) else 0
+        if kv and kind is not OpKind.LINEAR1 and kind is not OpKind.FP8_LINEAR1:
+            raise ConfigError(where, f"column 'kv': only the QKV projection has key/value heads, not {kind.value}")
+        out.append(ComputeSample(Op(kind, **shape, kv=kv), direction, _duration(where, row["duration_us"]),
                                  _iteration(where, row)))
     return out
 
@@ -219,9 +231,11 @@ def _fmt(x: float) -> str:
     return repr(float(x))
 
 
-def compute_row(s: ComputeSample) -> list[str]:
+def compute_row(s: ComputeSample, kv: bool = True) -> list[str]:
+    """A compute table's row; ``kv``: with the kv column."""
     o = s.op
-    return [o.kind.value, s.direction.value, *(str(getattr(o, c)) for c in _SHAPE_FIELDS), _fmt(s.duration_us)]
+    return [o.kind.value, s.direction.value, *(str(getattr(o, c)) for c in _SHAPE_FIELDS), _fmt(s.duration_us),
+            *([str(o.kv)] if kv else [])]
 
 
 def collective_row(s: CollectiveSample) -> list[str]:
@@ -256,7 +270,7 @@ class SampleWriter:
         self.root = Path(path)
         self.root.mkdir(parents=True, exist_ok=True)
         self.iteration_column = iteration_column
-        self._layout: dict[str, bool] = {}
+        self._layout: dict[str, list[str]] = {}
         if meta is not None:
             self.write_meta(meta)
 
@@ -265,24 +279,27 @@ class SampleWriter:
         tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         os.replace(tmp, self.root / META_FILE)
 
-    def _append(self, name: str, columns: Sequence[str], cells: list[str], iteration: int | None) -> None:
-        path = self.root / name
+    def _header(self, name: str, columns: Sequence[str]) -> list[str]:
+        """The header of table ``name``: an existing file's (checked), else a new one (written)."""
         if name not in self._layout:
+            path = self.root / name
             if path.exists() and path.stat().st_size > 0:
                 with path.open(newline="") as fh:
-                    header = next(csv.reader(fh), [])
-                if header == list(columns):
-                    self._layout[name] = False
-                elif header == [*columns, OPTIONAL_COLUMN]:
-                    self._layout[name] = True
-                else:
+                    header = [c.strip() for c in next(csv.reader(fh), [])]
+                if header not in _headers(columns):
                     raise ConfigError(f"{path}:1", f"existing header {','.join(header)} is not ours; cannot append")
                 _drop_partial_row(path)
             else:
-                self._layout[name] = self.iteration_column
+                header = [*columns, *([KV_COLUMN] if tuple(columns) == COMPUTE_COLUMNS else []),
+                          *([OPTIONAL_COLUMN] if self.iteration_column else [])]
                 with path.open("w", newline="") as fh:
-                    csv.writer(fh).writerow([*columns, OPTIONAL_COLUMN] if self.iteration_column else columns)
-        if self._layout[name]:
+                    csv.writer(fh).writerow(header)
+            self._layout[name] = header
+        return self._layout[name]
+
+    def _append(self, name: str, columns: Sequence[str], cells: list[str], iteration: int | None) -> None:
+        path = self.root / name
+        if self._header(name, columns)[-1] == OPTIONAL_COLUMN:
             cells = [*cells, "" if iteration is None else str(iteration)]
         with path.open("a", newline="") as fh:
             csv.writer(fh).writerow(cells)
@@ -293,7 +310,11 @@ class SampleWriter:
             raise ConfigError("sample", f"{sample.op.kind.value} cannot have direction {sample.direction.value}")
         if not (math.isfinite(sample.duration_us) and sample.duration_us > 0):
             raise ConfigError("sample", f"duration must be positive and finite, got {sample.duration_us!r}")
-        self._append(COMPUTE_FILE, COMPUTE_COLUMNS, compute_row(sample), sample.iteration)
+        kv = KV_COLUMN in self._header(COMPUTE_FILE, COMPUTE_COLUMNS)
+        if sample.op.kv and not kv:
+            raise ConfigError(str(self.root / COMPUTE_FILE), "this table has no kv column, so it cannot hold a "
+                                                             "grouped-query QKV sample; write to a new folder")
+        self._append(COMPUTE_FILE, COMPUTE_COLUMNS, compute_row(sample, kv), sample.iteration)
 
     def append_collective(self, sample: CollectiveSample) -> None:
         if not (math.isfinite(sample.duration_us) and sample.duration_us > 0):
@@ -317,7 +338,7 @@ def write_samples(path: str | os.PathLike, samples: SampleSet | tuple, meta: dic
     for name in (COMPUTE_FILE, COLLECTIVE_FILE):
         (root / name).unlink(missing_ok=True)
     SampleWriter(root, meta if meta is not None else getattr(samples, "meta", None) or {})
-    for name, columns, rows in ((COMPUTE_FILE, COMPUTE_COLUMNS, [compute_row(s) for s in compute]),
+    for name, columns, rows in ((COMPUTE_FILE, (*COMPUTE_COLUMNS, KV_COLUMN), [compute_row(s) for s in compute]),
                                 (COLLECTIVE_FILE, COLLECTIVE_COLUMNS, [collective_row(s) for s in colls])):
         if rows:
             with (root / name).open("w", newline="") as fh:

@@ -44,7 +44,8 @@ MLP                     first GEMM input            2 whole               2h who
                         dropout mask                1 whole               h whole
 ======================  ==========================  ====================  ==============
 
-so whole = 10h (8h for a model without dropout, ``model.dropout: false``: no masks), split = 2 qkv_width/t + 2h/t + 4 ffn/t (SwiGLU 6 ffn/t) per token, which for GeLU,
+so whole = 10h (8h for a model without dropout, ``model.dropout: false``: no masks), split =
+2 qkv_width/t + 2h/t + 4 ffn/t (SwiGLU 6 ffn/t) per token, which for GeLU,
 ffn = 4h and multi-head attention (qkv_width = 3h) is the paper's 10 + 24/t exactly. GQA's keys and
 values are 2 kv head_dim wide (``qkv_width``; kv heads replicated when t > kv count once per rank).
 RoPE adds nothing: it is linear in q and k, so autograd saves only the rotated q and k, which are
@@ -197,7 +198,8 @@ def layer_activations(model: ModelSpec, b: int, mp: int, cp: int = 1, fp8: bool 
     # without dropout the two 1-byte masks (h each) and the scores' mask and dropout output are not kept
     drop = model.dropout
     scores = 0.0 if model.attention is Attention.FLASH else (5.0 if drop else 2.0) * model.heads * s * s * b / t
-    return LayerActivations(whole=s * b * (10 if drop else 8) * h, split=s * b * (2 * qkv + (2 * h + mlp) / t), scores=scores,
+    return LayerActivations(whole=s * b * (10 if drop else 8) * h, split=s * b * (2 * qkv + (2 * h + mlp) / t),
+                            scores=scores,
                             fp8_whole=s * b * 2 * h if fp8 else 0.0,
                             fp8_split=s * b * (h + model.ffn) / t if fp8 else 0.0)
 

@@ -30,7 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--configs", default=None, metavar="CSV",
                    help="also measure the exact operators of these configurations first "
                         "(columns name,hidden,heads,layers,seq_len,micro_batch,micro_batches,recompute, "
-                        "optional tp: one tensor-parallel rank's operators; e.g. validation/configs.csv)")
+                        "optional tp: one tensor-parallel rank's operators; e.g. validation/configs.csv; or "
+                        "Megatron rows: preset,micro_batch,tp[,sp,cp,precision,seq_len], e.g. "
+                        "validation/configs_published.csv)")
     p.add_argument("--points", type=int, default=None, metavar="N", help="Sobol points when no --budget (256)")
     p.add_argument("--hf-tp", action="store_true",
                    help="sample the hf kinds at the Sobol point's tensor-parallel degree (one rank's shard "
@@ -55,6 +57,9 @@ def read_configs(path: str, vocab: int = 50432) -> list:
     out = []
     with fh:
         for i, row in enumerate(csv.DictReader(fh), start=2):
+            if row.get("preset"):
+                out.append(_preset_row(path, i, row))
+                continue
             try:
                 model = ModelSpec(row["name"], hidden=int(row["hidden"]), heads=int(row["heads"]),
                                   layers=int(row["layers"]), seq_len=int(row["seq_len"]), vocab=vocab)
@@ -66,6 +71,30 @@ def read_configs(path: str, vocab: int = 50432) -> list:
                 raise ConfigError(f"{path}:{i}", f"bad configuration row: {e}") from None
             out.append((model, training, par))
     return out
+
+
+def _preset_row(path: str, line: int, row: dict) -> tuple:
+    """A Megatron configuration from a model preset: one layer per pipeline stage (every operator
+    once, the optimizer kinds at one layer), one tensor-parallel rank of degree ``tp``, with
+    sequence parallelism (``sp``: 1/true), context parallelism (``cp``) and ``precision``."""
+    import dataclasses
+
+    from trainsim.operators import MODEL_PRESETS, Parallelism, TrainingSpec
+
+    try:
+        model = MODEL_PRESETS[row["preset"]]
+        if row.get("seq_len"):
+            model = dataclasses.replace(model, seq_len=int(row["seq_len"]))
+        training = TrainingSpec(micro_batch=int(row["micro_batch"]), micro_batches=1, recompute="none",
+                                precision=row.get("precision") or "bf16", zero_stage=0)
+        par = Parallelism(pp=model.layers, mp=int(row.get("tp") or 1), cp=int(row.get("cp") or 1),
+                          sequence_parallel=(row.get("sp") or "").strip().lower() in ("1", "true", "yes"),
+                          split="megatron")
+    except KeyError as e:
+        raise ConfigError(f"{path}:{line}", f"bad configuration row: unknown preset or missing column {e}") from None
+    except (ValueError, ConfigError) as e:
+        raise ConfigError(f"{path}:{line}", f"bad configuration row: {e}") from None
+    return model, training, par
 
 
 def run(args: argparse.Namespace) -> int:
