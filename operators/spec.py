@@ -271,6 +271,9 @@ class Parallelism:
     last_stage_layers: int = 0
     # mp > kv heads: each key/value head is replicated over mp / kv_heads ranks (must be said)
     replicate_kv_heads: bool = False
+    # Transformer Engine's userbuffers: sequence parallelism's all-gathers and reduce-scatters
+    # pipelined with the GEMMs beside them (Megatron's --tp-comm-overlap)
+    tp_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         for key in ("pp", "mp", "dp", "cp"):
@@ -278,7 +281,7 @@ class Parallelism:
         _bounded("parallelism.virtual_stages", self.virtual_stages, MAX_VIRTUAL_STAGES)
         for key in ("first_stage_layers", "last_stage_layers"):
             _bounded(f"parallelism.{key}", getattr(self, key), MAX_LAYERS, minimum=0)
-        for key in ("sequence_parallel", "replicate_kv_heads"):
+        for key in ("sequence_parallel", "replicate_kv_heads", "tp_comm_overlap"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"parallelism.{key}", f"must be true or false, got {show(getattr(self, key))}")
         if self.gpus > MAX_GPUS:
@@ -288,6 +291,9 @@ class Parallelism:
         object.__setattr__(self, "split", parse_enum(Split, "parallelism.split", self.split))
         if self.virtual_stages > 1 and self.schedule is not Schedule.INTERLEAVED_1F1B:
             raise ConfigError("parallelism.virtual_stages", "only the interleaved-1f1b schedule uses virtual stages")
+        if self.tp_comm_overlap and not self.sequence_parallel:
+            raise ConfigError("parallelism.tp_comm_overlap", "overlaps sequence parallelism's all-gathers and "
+                                                             "reduce-scatters: set parallelism.sequence_parallel")
         if (self.first_stage_layers or self.last_stage_layers) and self.split is not Split.MEGATRON:
             key = "first_stage_layers" if self.first_stage_layers else "last_stage_layers"
             raise ConfigError(f"parallelism.{key}", "is an option of parallelism.split: megatron")

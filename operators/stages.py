@@ -137,6 +137,10 @@ class StagePlan:
     # ``mp_allreduce_entries`` (each rank keeps or brings 1/mp of them) instead of an all-reduce
     sequence_parallel: bool = False
     cp_ring: CPRing | None = None  # context parallelism (parallelism.cp > 1)
+    # parallelism.tp_comm_overlap: the encoder's four GEMMs (QKV, attention output, MLP up, MLP
+    # down) whose time hides the SP all-gather before a column-parallel one and the reduce-scatter
+    # after a row-parallel one; None: the MP syncs are exposed whole
+    tp_overlap_gemms: tuple[Op, Op, Op, Op] | None = None
 
     def distinct_ops(self) -> set[Op]:
         ops = {oc.op for oc in (*self.forward, *self.backward, *self.recompute)}
@@ -310,10 +314,20 @@ def build_stage_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism
             optimizer=Op(_OPTIMIZER_KIND[role], d=d, mp=mp, layers=n),
             grad_segments=segments, fsdp=units,
             sequence_parallel=sp,
+            tp_overlap_gemms=_encoder_gemms(enc) if sp and par.tp_comm_overlap else None,
             cp_ring=CPRing(ranks=cp, kv_entries=2 * b * l * kv_heads_per_rank(model, mp) * model.head_dim,
                            attention=core[0], layers=n) if cp > 1 else None,
         ))
     return tuple(plans)
+
+
+def _encoder_gemms(enc: list[Op]) -> tuple[Op, Op, Op, Op]:
+    """QKV, attention output, MLP up, MLP down of an encoder's operator list (bf16 or FP8 kinds)."""
+    by_kind = {o.kind: o for o in enc}
+    pick = [by_kind.get(FP8_OF[k], by_kind.get(k)) for k in (OpKind.LINEAR1, OpKind.LINEAR2, OpKind.LINEAR3,
+                                                               OpKind.LINEAR4)]
+    assert all(o is not None for o in pick)
+    return pick[0], pick[1], pick[2], pick[3]  # type: ignore[return-value]
 
 
 def _paper_layer(model: ModelSpec) -> bool:

@@ -209,6 +209,33 @@ def _fsdp_exposed(plan: StagePlan, ag_layer: float, rs_layer: float, ag_root: fl
     return exposed_f, exposed_b
 
 
+def _tp_overlapped(plan: StagePlan, direction: str, count: int, rs_s: float, ag_s: float,
+                   fwd: dict[Op, float], bwd: dict[Op, float]) -> float:
+    """Sequence parallelism's MP syncs under Transformer Engine's communication overlap (seconds per
+    micro-batch and direction).
+
+    Per layer, the all-gather before each column-parallel GEMM (QKV, MLP up) and the reduce-scatter
+    after each row-parallel one (attention output, MLP down) are split into chunks pipelined with
+    that GEMM, so each shows only its excess over the GEMM (in the backward, over the GEMM's
+    backward). The pipeline's fill is not priced, nor the SMs the communication kernels take from
+    the GEMM. The syncs beyond the layers' (the embedding's; a full recompute re-runs the forward's,
+    overlapped alike) are exposed whole.
+    """
+    qkv, out, up, down = plan.tp_overlap_gemms or ()
+    table = fwd if direction == "fwd" else bwd
+    per_layer = (max(0.0, ag_s - table[qkv]) + max(0.0, rs_s - table[out])
+                 + max(0.0, ag_s - table[up]) + max(0.0, rs_s - table[down]))
+    layers = plan.encoders
+    syncs_per_layer = 2  # each layer's two MP syncs are the four overlapped collectives
+    overlapped = layers * syncs_per_layer
+    exposed = layers * per_layer
+    if direction == "bwd" and count >= 2 * overlapped:  # a full recompute re-runs the forward's syncs
+        exposed += layers * (max(0.0, ag_s - fwd[qkv]) + max(0.0, rs_s - fwd[out])
+                             + max(0.0, ag_s - fwd[up]) + max(0.0, rs_s - fwd[down]))
+        overlapped *= 2
+    return exposed + max(0, count - overlapped) * (rs_s + ag_s)
+
+
 def _cp_exposed(plan: StagePlan, send_fwd: float, send_bwd: float, fwd: dict[Op, float],
                 bwd: dict[Op, float]) -> tuple[float, float]:
     """Context parallelism's ring communication a micro-batch's forward and backward cannot hide.
@@ -392,11 +419,15 @@ def build_costs(
 
     mp_s = (wanted[mp_ar] if mp_ar is not None else 0.0) + (wanted[mp_ag] if mp_ag is not None else 0.0)
 
+    rs_s, ag_s = (wanted[mp_ar], wanted[mp_ag]) if mp_ag is not None and mp_ar is not None else (0.0, 0.0)
+
     def mp_total(p: StagePlan, direction: str, count: int) -> float:
         listed = mp_lists.get((p.index, direction))
-        if listed is None:
-            return count * mp_s
-        return sum(c * wanted[k] for k, c in listed)
+        if listed is not None:
+            return sum(c * wanted[k] for k, c in listed)
+        if p.tp_overlap_gemms is not None:
+            return _tp_overlapped(p, direction, count, rs_s, ag_s, fwd, bwd)
+        return count * mp_s
 
     stages = []
     for p in plans:

@@ -302,3 +302,24 @@ def test_a_model_without_dropout_keeps_no_masks():
     assert a.whole - b.whole == 2 * s * h  # two 1-byte masks of h per token
     assert a.scores - b.scores == 3 * heads * s * s / 8  # the scores' mask (1) and dropout output (2)
     assert a.split == b.split
+
+
+def test_tp_comm_overlap_hides_each_collective_behind_its_gemm():
+    from trainsim.operators.ops import OpKind as K
+
+    plain = costs(mp=8, sequence_parallel=True).stages[0]
+    over = costs(mp=8, sequence_parallel=True, tp_comm_overlap=True).stages[0]
+    (plan,) = build_stage_plans(LLAMA, TR, Parallelism(mp=8, sequence_parallel=True, tp_comm_overlap=True))
+    gemms = plan.tp_overlap_gemms
+    assert gemms is not None and [g.kind for g in gemms] == [K.LINEAR1, K.LINEAR2, K.LINEAR3, K.LINEAR4]
+    t = {g: float(ROOF.op_seconds([g], Direction.FWD)[0]) for g in gemms}
+    entries = 1 * 8192 * 4096 // 8
+    rs = closed_form_seconds(_coll(CollKind.REDUCE_SCATTER, entries), H100)
+    ag = closed_form_seconds(_coll(CollKind.ALL_GATHER, entries), H100)
+    qkv, out, up, down = gemms
+    per_layer = max(0, ag - t[qkv]) + max(0, rs - t[out]) + max(0, ag - t[up]) + max(0, rs - t[down])
+    # the embedding's sync has no GEMM beside it: exposed whole
+    assert over.mp_fwd_s == pytest.approx(LLAMA.layers * per_layer + (rs + ag), rel=1e-12)
+    assert over.mp_fwd_s < plain.mp_fwd_s
+    with pytest.raises(ConfigError, match="parallelism.tp_comm_overlap"):
+        Parallelism(mp=8, tp_comm_overlap=True)
