@@ -221,7 +221,8 @@ def _tp_overlapped(plan: StagePlan, direction: str, count: int, rs_s: float, ag_
     the GEMM. The syncs beyond the layers' (the embedding's; a full recompute re-runs the forward's,
     overlapped alike) are exposed whole.
     """
-    qkv, out, up, down = plan.tp_overlap_gemms or ()
+    assert plan.tp_overlap_gemms is not None
+    qkv, out, up, down = plan.tp_overlap_gemms
     table = fwd if direction == "fwd" else bwd
     per_layer = (max(0.0, ag_s - table[qkv]) + max(0.0, rs_s - table[out])
                  + max(0.0, ag_s - table[up]) + max(0.0, rs_s - table[down]))
