@@ -5,63 +5,105 @@ the calibrated or closed-form cost of running it alone — and a nominal rate on
 link it touches (``loads[link] * nbytes / base_s``). Alone it takes exactly ``base_s``.
 When flows overlap on a link whose capacity their nominal rates exceed, each flow j
 runs at a fraction ``x_j`` in (0, 1] of its nominal speed, chosen by max-min fairness
-(progressive filling: raise every unfrozen flow's x together until a link saturates or
-x reaches 1; freeze the flows on saturated links; repeat).
+(progressive filling, :mod:`sim.maxmin`).
 
-Shares change only when a flow starts, ends, or a capacity changes; then only the
-flows of the affected connected component (flows linked through shared links) are
-recomputed, and only those whose share changed get a new completion timeout (stale
-timeouts are recognised by a version number and ignored). No packets, no ring steps.
+What a change costs is what the contention is. A link is *hot* (over-subscribed) when its
+flows' nominal rates exceed its capacity; a cold link cannot saturate below x = 1, so the shares
+are those of each *hot component* (flows connected through hot links) alone, and a flow on cold
+links only runs at x = 1. A transfer that makes none of its links hot starts at full speed and
+touches nobody; a start, end or capacity change on a hot link re-shares the flows on it and their
+hot components, and re-arms only the flows whose share changed. Links that every route so far
+uses alike (same rate, same capacity: a node's NVLink ports under its MP all-reduce, its NICs
+under P2P and DP traffic) are one inequality and share one :class:`_Bundle`, so a transfer updates
+a few bundles, not every link. A route is interned on first use, by the identity of its rates
+dict (kept, never copied); a bundle splits, never merges, when a new route or a capacity change
+tells its links apart.
+
+SimPy cannot cancel a scheduled event: a completion timeout superseded by a share change stays
+in its queue, with its callback taken off, and does no work when it comes up.
 
 A flow's nominal rate on a link is capped at the link's nominal capacity: the
 calibrated duration is the truth for a transfer alone, and capacities only arbitrate
 sharing. (A calibrated time faster than the link model allows would otherwise make a
 lone transfer slower than its own measurement.)
+
+Reproducibility: flows and bundles live in insertion-ordered dicts and lists, and a re-shared set
+is processed in creation order, so every float sum and every timeout's place in SimPy's queue is
+the same from run to run; sets are used for membership only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Iterable, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from operator import attrgetter
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import simpy
 
 from trainsim.operators.errors import ConfigError
+from trainsim.sim.maxmin import fill, max_min_shares
 
-_EPS = 1e-12
-
+__all__ = ["BusyInterval", "Link", "Network", "max_min_shares"]
 
 #: What a link is keyed by: a :class:`topology.links.LinkId` in a run (any hashable, e.g. a string, in tests).
 Link = TypeVar("Link", bound=Hashable)
 #: One busy interval of a link: [start_s, end_s or None while busy, kind of the transfer that made it busy].
 BusyInterval = list[Any]
+#: Interned routes kept before those without a flow in flight are dropped (callers that make a new
+#: rates dict per transfer, such as :meth:`Network.transfer`, would otherwise grow the table).
+ROUTE_TABLE_LIMIT = 1 << 16
+
+
+class _Bundle(Generic[Link]):
+    """Links used alike by every route so far: one capacity, one load, one set of flows."""
+
+    __slots__ = ("links", "cap", "load", "flows", "children")
+
+    def __init__(self, links: list[Link], cap: float, load: float, flows: dict[_Flow[Link], float]) -> None:
+        self.links = links
+        self.cap = cap  # bytes/s of each of its links
+        self.load = load  # summed nominal rate of its flows, on each of its links (== sum(flows.values()))
+        self.flows = flows  # flow -> its nominal rate here, in arrival order
+        self.children: list[_Bundle[Link]] | None = None  # what it was split into
+
+
+class _Route(Generic[Link]):
+    """A rates dict made into (bundle, rate) parts; re-resolved when bundles have split since."""
+
+    __slots__ = ("rates", "parts", "epoch", "users")
+
+    def __init__(self, rates: dict[Link, float], parts: list[tuple[_Bundle[Link], float]], epoch: int) -> None:
+        self.rates = rates
+        self.parts = parts
+        self.epoch = epoch
+        self.users = 0  # flows in flight
 
 
 class _Flow(Generic[Link]):
     """One transfer in flight (see module doc)."""
 
-    __slots__ = ("rates", "remaining", "x", "last", "version", "done", "kind", "seq")
+    __slots__ = ("route", "remaining", "x", "last", "timer", "done", "seq")
 
-    def __init__(self, rates: dict[Link, float], base_s: float, done: simpy.Event, kind: str, now: float,
-                 seq: int) -> None:
-        self.seq = seq  # creation order: components are processed in it, so runs are reproducible
-        self.rates = rates  # link -> bytes/s at full (nominal) speed
-        self.remaining = base_s  # seconds of work left at full speed
+    def __init__(self, route: _Route[Link], base_s: float, done: simpy.Event, now: float, seq: int) -> None:
+        self.seq = seq  # creation order: re-shared flows are processed in it, so runs are reproducible
+        self.route = route
+        self.remaining = base_s  # seconds of work left at full speed, as of ``last``
         self.x = 0.0  # current fraction of nominal speed
-        self.last = now  # when ``remaining`` was last brought up to date
-        self.version = 0
+        self.last = now
+        self.timer: simpy.Timeout | None = None  # the pending completion timeout
         self.done = done
-        self.kind = kind
 
 
 _SEQ = attrgetter("seq")
+_CAP = attrgetter("cap")
 
 
 class Network(Generic[Link]):
     """Links with capacities (bytes/s per direction) shared by concurrent transfers.
 
     ``record``: False, True (every link's busy intervals in :attr:`busy`) or the links to record.
+    Counters: :attr:`transfers` started, :attr:`recomputes` (re-shares run), :attr:`reshared`
+    (flows looked at by them), :attr:`superseded` (completion timeouts made stale by a share change).
     """
 
     def __init__(self, env: simpy.Environment, capacities: Mapping[Link, float],
@@ -72,8 +114,10 @@ class Network(Generic[Link]):
         self.env = env
         self.nominal = dict(capacities)
         self.capacity = dict(capacities)
-        # Insertion-ordered dicts, not sets: iteration order must not depend on object ids.
-        self._flows: dict[Link, dict[_Flow[Link], None]] = {link: {} for link in capacities}
+        # A link's bundle; None until a route uses it (fresh links are bundled by that route).
+        self._bundle: dict[Link, _Bundle[Link] | None] = dict.fromkeys(capacities)
+        self._routes: dict[int, _Route[Link]] = {}  # id(rates dict) -> route; the route keeps the dict alive
+        self._epoch = 0  # bumped by every split: routes resolved before it look their bundles up again
         self.record = bool(record)
         # None: every link; a set: only those links (a bool ``record`` of False keeps self.record off).
         self._recorded: frozenset[Link] | None = (
@@ -82,6 +126,9 @@ class Network(Generic[Link]):
         self.busy: dict[Link, list[BusyInterval]] = {}
         self.transfers = 0
         self.recomputes = 0
+        self.reshared = 0
+        self.superseded = 0
+        self._on_timer_cb = self._on_timer  # one bound method for every timeout
 
     # -- public API -------------------------------------------------------------------------
     def transfer(self, base_s: float, loads: Mapping[Link, float], nbytes: float, kind: str) -> simpy.Event:
@@ -100,166 +147,215 @@ class Network(Generic[Link]):
     def transfer_rates(self, base_s: float, rates: Mapping[Link, float], kind: str) -> simpy.Event:
         """Start a transfer given its nominal rate per link (bytes/s at full speed).
 
-        A ``dict`` of rates is kept, not copied (a run's routes are made once and never change):
-        the caller must not change it while the transfer runs.
+        A ``dict`` of rates is kept and recognised by identity (a run's routes are made once and
+        never change): the caller must not change it after passing it; pass a new dict instead.
         """
         env = self.env
-        done = env.event()
         if not base_s > 0 or not rates:
             # Nothing on any link: a plain delay of base_s (or an immediate completion).
             if base_s > 0:
                 return env.timeout(base_s)
+            done = env.event()
             done.succeed()
             return done
+        route = self._routes.get(id(rates))
+        if route is None:
+            route = self._intern(rates if type(rates) is dict else dict(rates))
+        parts = route.parts if route.epoch == self._epoch else self._resolve(route)
         self.transfers += 1
-        flow: _Flow[Link] = _Flow(rates if type(rates) is dict else dict(rates), base_s, done, kind, env.now,
-                                  self.transfers)
-        flows = self._flows
-        solo = True
-        record, recorded = self.record, self._recorded
-        for link in flow.rates:
-            try:
-                on = flows[link]
-            except KeyError:
-                raise ConfigError("cluster", f"transfer uses unknown link {link!r}") from None
+        route.users += 1
+        flow: _Flow[Link] = _Flow(route, base_s, env.event(), env.now, self.transfers)
+        hot: list[_Bundle[Link]] = []
+        woke: list[_Bundle[Link]] = []
+        for b, r in parts:
+            on = b.flows
             if on:
-                solo = False
-            elif record and (recorded is None or link in recorded):
-                self.busy.setdefault(link, []).append([env.now, None, kind])
-            on[flow] = None
-        if solo:
-            cap = self.capacity
-            x = 1.0
-            for link, r in flow.rates.items():
-                if r > cap[link]:
-                    x = min(x, cap[link] / r)
-            self._arm(flow, x)
-        else:
-            self._recompute(self._component(flow.rates))
-        return done
+                b.load = total = b.load + r
+            else:
+                b.load = total = r
+                woke.append(b)
+            on[flow] = r
+            if total > b.cap:
+                hot.append(b)
+        if woke and self.record:
+            self._record(route, woke, kind)
+        if hot:
+            self._reshare(hot)
+        else:  # full speed, nobody else touched: _arm of a new flow, inlined (the common case)
+            flow.x = 1.0
+            timer = flow.timer = env.timeout(base_s, flow)
+            timer.callbacks.append(self._on_timer_cb)
+        return flow.done
 
     def set_capacity(self, link: Link, bytes_per_s: float) -> None:
-        """Change a link's capacity now (a congestion episode); shares are recomputed."""
+        """Change a link's capacity now (a congestion episode); shares are recomputed if it was or
+        becomes over-subscribed."""
         if link not in self.capacity:
             raise ConfigError("cluster", f"unknown link {link!r}")
         if not bytes_per_s > 0:
             raise ConfigError("simulation.jitter", f"capacity of {link} must stay positive, got {bytes_per_s!r}")
         self.capacity[link] = bytes_per_s
-        if self._flows[link]:
-            self._recompute(self._component((link,)))
+        b = self._bundle[link]
+        if b is None:
+            return
+        if len(b.links) > 1:  # its links no longer have one capacity
+            self._split(b, [[link], [e for e in b.links if e != link]])
+            b = cast("_Bundle[Link]", self._bundle[link])
+        was_hot = b.load > b.cap
+        b.cap = bytes_per_s
+        if b.flows and (was_hot or b.load > bytes_per_s):
+            self._reshare([b])
 
     def active(self, link: Link) -> int:
-        return len(self._flows[link])
+        b = self._bundle[link]
+        return len(b.flows) if b is not None else 0
 
-    # -- internals ----------------------------------------------------------------------------
-    def _arm(self, flow: _Flow[Link], x: float) -> None:
-        flow.x = x
-        flow.version += 1
-        version = flow.version
-        ev = self.env.timeout(flow.remaining / x)
-        ev.callbacks.append(lambda _ev, f=flow, v=version: self._finish(f, v))  # type: ignore[misc]
+    # -- routes and bundles -------------------------------------------------------------------
+    def _intern(self, rates: dict[Link, float]) -> _Route[Link]:
+        """Make ``rates`` a route: bundle its fresh links by (rate, capacity), split the bundles it
+        uses only in part or at several rates, and keep it by the dict's identity."""
+        bundle, cap = self._bundle, self.capacity
+        groups: dict[tuple[Any, float], list[Link]] = {}  # (bundle, or capacity of fresh links, rate)
+        for e, r in rates.items():
+            if e not in bundle:
+                raise ConfigError("cluster", f"transfer uses unknown link {e!r}")
+            b = bundle[e]
+            groups.setdefault((cap[e] if b is None else b, r), []).append(e)
+        pieces: dict[_Bundle[Link], list[list[Link]]] = {}
+        for (key, _r), links in groups.items():
+            if isinstance(key, _Bundle):
+                pieces.setdefault(key, []).append(links)
+            else:
+                fresh: _Bundle[Link] = _Bundle(links, key, 0.0, {})
+                for e in links:
+                    bundle[e] = fresh
+        for b, used in pieces.items():
+            if len(used) > 1 or len(used[0]) < len(b.links):
+                rest = [e for e in b.links if e not in rates]
+                self._split(b, used + [rest] if rest else used)
+        parts = [(cast("_Bundle[Link]", bundle[links[0]]), r) for (_k, r), links in groups.items()]
+        if len(self._routes) >= ROUTE_TABLE_LIMIT:
+            self._routes = {k: v for k, v in self._routes.items() if v.users}
+        route = self._routes[id(rates)] = _Route(rates, parts, self._epoch)
+        return route
 
-    def _finish(self, flow: _Flow[Link], version: int) -> None:
-        if version != flow.version:
-            return  # a stale completion: the share changed since this timeout was armed
-        now = self.env.now
-        flows = self._flows
-        neighbours = False
-        record, recorded = self.record, self._recorded
-        for link in flow.rates:
-            on = flows[link]
-            del on[flow]
-            if on:
-                neighbours = True
-            elif record and (recorded is None or link in recorded):
-                self.busy[link][-1][1] = now
-        flow.remaining = 0.0
-        flow.done.succeed()
-        if neighbours:
-            self._recompute(self._component(flow.rates))
+    def _split(self, b: _Bundle[Link], pieces: list[list[Link]]) -> None:
+        """Replace ``b`` by one bundle per piece (a partition of its links), each with its state."""
+        b.children = []
+        for links in pieces:
+            child: _Bundle[Link] = _Bundle(links, b.cap, b.load, dict(b.flows))
+            b.children.append(child)
+            for e in links:
+                self._bundle[e] = child
+        self._epoch += 1
 
-    def _component(self, links: Iterable[Link]) -> list[_Flow[Link]]:
-        """All flows connected to ``links`` through shared links, in creation order."""
-        flows = self._flows
-        stack = list(links)
-        seen_links = set(stack)
-        comp: set[_Flow[Link]] = set()
+    def _resolve(self, route: _Route[Link]) -> list[tuple[_Bundle[Link], float]]:
+        """The route's parts in the current bundles (a split bundle stands for all its pieces)."""
+        parts: list[tuple[_Bundle[Link], float]] = []
+        stack = [(b, r) for b, r in reversed(route.parts)]
         while stack:
-            for f in flows[stack.pop()]:
-                if f not in comp:
-                    comp.add(f)
-                    for e in f.rates:
-                        if e not in seen_links:
-                            seen_links.add(e)
-                            stack.append(e)
-        return sorted(comp, key=_SEQ)
+            b, r = stack.pop()
+            if b.children is None:
+                parts.append((b, r))
+            else:
+                stack.extend((c, r) for c in reversed(b.children))
+        route.parts, route.epoch = parts, self._epoch
+        return parts
 
-    def _recompute(self, comp: list[_Flow[Link]]) -> None:
-        """Progressive filling over one component; re-arm flows whose share changed."""
+    def _record(self, route: _Route[Link], bundles: list[_Bundle[Link]], kind: str | None) -> None:
+        """Open (``kind`` given) or close the busy intervals of the recorded links of ``bundles``,
+        which just became busy or idle, in the route's link order."""
+        now, recorded, which = self.env.now, self._recorded, set(bundles)
+        for e in route.rates:
+            if self._bundle[e] in which and (recorded is None or e in recorded):
+                if kind is None:
+                    self.busy[e][-1][1] = now
+                else:
+                    self.busy.setdefault(e, []).append([now, None, kind])
+
+    # -- shares ---------------------------------------------------------------------------------
+    def _arm(self, flow: _Flow[Link], x: float) -> None:
+        """Give ``flow`` the share ``x`` from now: bring its work up to date and (re)arm its timeout."""
+        now = self.env.now
+        if flow.x > 0:
+            flow.remaining -= (now - flow.last) * flow.x
+            if flow.remaining < 0:
+                flow.remaining = 0.0
+        flow.last = now
+        flow.x = x
+        old = flow.timer
+        if old is not None:
+            old.callbacks = []  # defused: it comes up and does nothing
+            self.superseded += 1
+        timer = flow.timer = self.env.timeout(flow.remaining / x, flow)
+        timer.callbacks.append(self._on_timer_cb)
+
+    def _on_timer(self, ev: simpy.Event) -> None:
+        """A flow's completion: take it off its bundles and re-share where it was over-subscribing."""
+        flow = cast("_Flow[Link]", ev.value)  # the timeout's value (see _arm)
+        route = flow.route
+        parts = route.parts if route.epoch == self._epoch else self._resolve(route)
+        route.users -= 1
+        hot: list[_Bundle[Link]] = []
+        idle: list[_Bundle[Link]] = []
+        for b, _r in parts:
+            on = b.flows
+            del on[flow]
+            if b.load > b.cap:
+                hot.append(b)
+            if on:
+                b.load = sum(on.values(), 0.0)  # exactly, in arrival order: no drift
+            else:
+                b.load = 0.0
+                idle.append(b)
+        if idle and self.record:
+            self._record(route, idle, None)
+        flow.remaining = 0.0
+        flow.timer = None
+        flow.done.succeed()
+        if hot:
+            self._reshare(hot)
+
+    def _reshare(self, seeds: list[_Bundle[Link]]) -> None:
+        """Re-share the flows on ``seeds`` (distinct bundles) and every flow connected to them
+        through hot bundles."""
+        epoch = self._epoch
+        stack = list(seeds)
+        seen = set(stack)  # membership only
+        n_hot = sum(b.load > b.cap for b in stack)  # hot bundles in the component
+        n_pairs = 0  # hot (bundle, rate) parts of its flows
+        # A seed may have cooled (a flow left it): its flows are re-shared all the same.
+        comp: dict[_Flow[Link], list[tuple[_Bundle[Link], float]]] = {}  # flow -> its hot parts
+        while stack:
+            for f in stack.pop().flows:
+                if f not in comp:
+                    comp[f] = pairs = []
+                    route = f.route
+                    for b, r in route.parts if route.epoch == epoch else self._resolve(route):
+                        if b.load > b.cap:
+                            pairs.append((b, r))
+                            if b not in seen:
+                                seen.add(b)
+                                stack.append(b)
+                                n_hot += 1
+                    n_pairs += len(pairs)
         if not comp:
             return
         self.recomputes += 1
-        now = self.env.now
-        for f in comp:
-            if f.x > 0:
-                f.remaining -= (now - f.last) * f.x
-                if f.remaining < 0:
-                    f.remaining = 0.0
-            f.last = now
-        shares = max_min_shares({f: f.rates for f in comp}, self.capacity)
-        for f in comp:
-            x = shares[f]
+        self.reshared += len(comp)
+        ordered = sorted(comp, key=_SEQ) if len(comp) > 1 else list(comp)
+        if n_pairs == n_hot * len(ordered):
+            # Every flow is on every hot bundle (a route's parts are distinct bundles), the usual
+            # case: one or two flows on one route's links. Progressive filling would freeze them all
+            # at its first step, at the tightest bundle's capacity over load: the same division of
+            # the same sums (a bundle's load is summed in creation order, as fill sums it), so the
+            # same bits. No hot bundle: all run at full speed.
+            first = comp[ordered[0]]
+            x = min([b.cap / b.load for b, _ in first]) if first else 1.0
+            for f in ordered:
+                if x != f.x:
+                    self._arm(f, x)
+            return
+        for f, x in zip(ordered, fill([comp[f] for f in ordered], _CAP), strict=True):
             if x != f.x:
                 self._arm(f, x)
-
-
-Flow = TypeVar("Flow", bound=Hashable)
-
-
-def max_min_shares(demands: Mapping[Flow, Mapping[Link, float]], capacity: Mapping[Link, float]) -> dict[Flow, float]:
-    """Max-min fair fractions x_j in (0, 1] by progressive filling.
-
-    ``demands[j][e]`` is flow j's rate on link e at full speed; the result keeps
-    ``sum_j x_j * demands[j][e] <= capacity[e]`` on every link.
-    """
-    residual: dict[Link, float] = {}
-    load: dict[Link, float] = {}  # summed nominal rate of the still-rising flows
-    count: dict[Link, int] = {}  # how many still-rising flows use the link (exact, unlike ``load``)
-    for rates in demands.values():
-        for e, r in rates.items():
-            if e not in residual:
-                residual[e] = capacity[e]
-                load[e] = 0.0
-                count[e] = 0
-            load[e] += r
-            count[e] += 1
-    active = list(demands)  # lists, not sets: float sums must not depend on hash order
-    shares: dict[Flow, float] = {}
-    level = 0.0
-    while active:
-        live = [e for e, n in count.items() if n > 0 and load[e] > 0]
-        inc = 1.0 - level
-        tight = None
-        for e in live:
-            t = residual[e] / load[e]
-            if t < inc:
-                inc, tight = t, e
-        inc = max(inc, 0.0)
-        level += inc
-        for e in live:
-            residual[e] -= inc * load[e]
-        if tight is None:  # every rising flow reached its nominal speed
-            for j in active:
-                shares[j] = 1.0
-            break
-        saturated = {e for e in live if residual[e] <= _EPS * capacity[e]}
-        saturated.add(tight)
-        frozen = [j for j in active if not saturated.isdisjoint(demands[j])]
-        for j in frozen:
-            shares[j] = level
-            for e, r in demands[j].items():
-                load[e] -= r
-                count[e] -= 1
-        gone = set(map(id, frozen))
-        active = [j for j in active if id(j) not in gone]
-    return shares
