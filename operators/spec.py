@@ -38,6 +38,7 @@ class Position(str, Enum):
     ROPE = "rope"
     LEARNED = "learned"  # a [seq_len, d] position embedding added to the token embedding
     ALIBI = "alibi"  # a bias inside the attention kernel: no operator, no parameter
+    NONE = "none"  # no position encoding (NoPE; the synthetic model of validation/train_3d.py)
 
 
 class Split(str, Enum):
@@ -129,7 +130,8 @@ class ModelSpec:
     kv_heads: int = 0  # key/value heads (GQA, MQA); 0 means heads (multi-head attention)
     mlp: Mlp = Mlp.GELU
     tied_embeddings: bool = False  # the LM head reuses the input embedding's weight
-    # rope | learned | alibi; None: rope when ``rotary`` (the paper's GPT-NeoX), else learned
+    # rope | learned | alibi | none; None: rope when ``rotary`` (the paper's GPT-NeoX), else none (what
+    # ``rotary: false`` always meant: no rotary operator and no position parameters)
     position: Position | None = None
     bias: bool = True  # linear layers carry biases (GPT-NeoX, GPT-3); LLaMA-family models have none
     dropout: bool = True  # attention and hidden dropout (their masks are kept); LLaMA-family models have none
@@ -156,7 +158,7 @@ class ModelSpec:
         object.__setattr__(self, "attention", parse_enum(Attention, "model.attention", self.attention))
         object.__setattr__(self, "mlp", parse_enum(Mlp, "model.mlp", self.mlp))
         if self.position is None:
-            object.__setattr__(self, "position", Position.ROPE if self.rotary else Position.LEARNED)
+            object.__setattr__(self, "position", Position.ROPE if self.rotary else Position.NONE)
         else:
             position = parse_enum(Position, "model.position", self.position)
             if not self.rotary and position is Position.ROPE:
