@@ -49,7 +49,7 @@ from trainsim.calibration.samples import (
     data_hash,
     load_sample_dir,
 )
-from trainsim.operators.errors import ConfigError
+from trainsim.operators.errors import ConfigError, NoSamplesError
 from trainsim.operators.ops import (
     FEATURE_NAMES,
     Collective,
@@ -228,8 +228,8 @@ class FittedProfile:
         for kind, idx in groups.items():
             key = _op_key(kind, direction)
             if key not in self.regressors:
-                raise ConfigError("profile", f"profile '{self.name}' has no samples for operator {kind.value} "
-                                             f"({direction.value})")
+                raise NoSamplesError("profile", f"profile '{self.name}' has no samples for operator {kind.value} "
+                                                f"({direction.value})", kind.value)
             X = np.array([features(ops[i]) for i in idx], dtype=np.float64)
             out[idx] = self._predict(key, X, f"operator {kind.value} ({direction.value})", FEATURE_NAMES[kind],
                                      work_exponents(kind))

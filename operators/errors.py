@@ -18,6 +18,15 @@ class ConfigError(ValueError):
         self.message = message
 
 
+class NoSamplesError(ConfigError):
+    """A profile has no samples for an operator kind (``kind``, the operator kind's value), so it
+    cannot price it; a caller with a stated stand-in for that kind may catch it."""
+
+    def __init__(self, field: str, message: str, kind: str) -> None:
+        super().__init__(field, message)
+        self.kind = kind
+
+
 def show(value: object, limit: int = 60) -> str:
     """``repr(value)`` for an error message: one short line, whatever the value.
 

@@ -7,6 +7,7 @@ shape lets one sample table serve both the features and FLOP/byte counts.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import Enum
 
@@ -354,7 +355,7 @@ def bytes_moved(op: Op, direction: Direction, elem_bytes: int = 2) -> float:
     tokens = b * l
     scale = 1.0 if direction is Direction.FWD else 2.0
     if k in _BF16_OF:  # FP8 inputs and weights (1 byte), bf16 output
-        gemm = Op(_BF16_OF[k], b=b, l=l, d=d, h=h, mp=mp, v=v, f=op.f, kv=op.kv)
+        gemm = dataclasses.replace(op, kind=_BF16_OF[k])
         return bytes_moved(gemm, direction, elem_bytes) * 0.5 + scale * tokens * _gemm_out(gemm)
     if k is OpKind.FP8_CAST:  # read bf16, write fp8 (and the absolute maximum)
         return scale * 3.0 * tokens * d

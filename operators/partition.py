@@ -174,7 +174,7 @@ def stage_params(model: ModelSpec, mp: int, role: StageRole, encoders: int) -> i
     gradients). Learned position embeddings are whole on every MP rank of the first stage.
     """
     vocab_shard = padded_vocab(model.vocab, mp) // mp * model.hidden
-    n = encoders * _layer_params(model, mp)
+    n = encoders * stage_layer_params(model, mp)
     if role.has_embedding:
         n += vocab_shard
         if model.position is Position.LEARNED:
@@ -186,7 +186,9 @@ def stage_params(model: ModelSpec, mp: int, role: StageRole, encoders: int) -> i
     return n
 
 
-def _layer_params(model: ModelSpec, mp: int) -> int:
+def stage_layer_params(model: ModelSpec, mp: int) -> int:
+    """One encoder's parameters on one MP rank as stages count them: Eq. 6 for the paper's layer,
+    else :func:`layer_params`."""
     if _is_paper_layer(model):
         return encoder_params(model.hidden, mp, model.ffn)
     return layer_params(model, mp)

@@ -16,9 +16,9 @@ from trainsim.operators.ops import FP8_OF, Direction, Op, OpKind, bytes_moved, f
 from trainsim.operators.partition import (
     StageRole,
     kv_heads_per_rank,
-    layer_params,
     padded_vocab,
     split_encoders,
+    stage_layer_params,
     stage_params,
     stage_role,
 )
@@ -297,8 +297,7 @@ def build_stage_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism
         units = None
         segments: tuple[GradSegment, ...] = ()
         if fsdp:
-            root = params - n * layer_params(model, mp) if not _paper_layer(model) else params - n * (
-                stage_params(model, mp, StageRole.MIDDLE, 1))
+            root = params - n * stage_layer_params(model, mp)
             units = FSDPUnits(layers=n, layer_shard=-(-(params - root) // max(n, 1) // grad_ranks),
                               root_shard=-(-root // grad_ranks), ranks=grad_ranks)
             layer_seg = GradSegment((), tuple(counted(enc_bwd, 1)), tuple(counted(enc, 1)) if full else (), True)
@@ -329,6 +328,3 @@ def _encoder_gemms(enc: list[Op]) -> tuple[Op, Op, Op, Op]:
     assert all(o is not None for o in pick)
     return pick[0], pick[1], pick[2], pick[3]  # type: ignore[return-value]
 
-
-def _paper_layer(model: ModelSpec) -> bool:
-    return model.mlp is Mlp.GELU and model.kv == model.heads and model.bias

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trainsim.operators import ConfigError, DurationModel, StagePlan, build_stage_plans
+from trainsim.operators.memory import MemoryEstimate, MemoryFit, fit_report, memory_per_gpu
 from trainsim.scenarios.schema import Scenario
 from trainsim.sim.costs import IterationCosts, build_costs
 from trainsim.sim.eq7 import Eq7Result, eq7
@@ -71,30 +72,15 @@ class Prediction:
     eq7: Eq7Result
     profile_name: str
     warnings: tuple[str, ...]
+    memory: MemoryEstimate  # peak memory of the busiest GPU (operators.memory)
 
     @property
-    def memory_gib_per_gpu(self) -> float | None:
-        """Peak memory estimate of the busiest GPU (operators.memory), when available."""
-        try:
-            from trainsim.operators.memory import memory_per_gpu
-        except ImportError:  # pragma: no cover - module not in this build
-            return None
-        sc = self.scenario
-        return max(memory_per_gpu(sc.model, sc.training, sc.parallelism, p).total_gib for p in self.plans)
+    def memory_gib_per_gpu(self) -> float:
+        return self.memory.total_gib
 
     @property
-    def memory(self) -> Any:
-        """Peak memory estimate of the busiest GPU (operators.memory.MemoryEstimate)."""
-        from trainsim.operators.memory import memory_per_gpu
-
-        sc = self.scenario
-        return memory_per_gpu(sc.model, sc.training, sc.parallelism, self.plans)
-
-    @property
-    def memory_fit(self) -> Any:
-        """The memory estimate against the GPU's capacity (operators.memory.MemoryFit)."""
-        from trainsim.operators.memory import fit_report
-
+    def memory_fit(self) -> MemoryFit:
+        """The memory estimate against the GPU's capacity."""
         return fit_report(self.memory, self.scenario.cluster.gpu.mem_gib)
 
     @property
@@ -178,14 +164,12 @@ def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: st
         msgs.append(f"profile {name}: {len(quirks)} data quirks in its samples, kept as measured "
                     f"(`trainsim profile show {name}` lists them)")
     msgs += closed_form_notes(scenario)
-    from trainsim.operators.memory import fit_report, memory_per_gpu
-
-    fit = fit_report(memory_per_gpu(scenario.model, scenario.training, scenario.parallelism, plans),
-                     scenario.cluster.gpu.mem_gib)
+    memory = memory_per_gpu(scenario.model, scenario.training, scenario.parallelism, plans)
+    fit = fit_report(memory, scenario.cluster.gpu.mem_gib)
     if not fit.fits:
         msgs.append(f"memory: {fit.message} per GPU (stage with the most; operators.memory's estimate)")
-    msgs = tuple(dict.fromkeys(msgs))
-    return Prediction(scenario, plans, costs, eq7(costs), getattr(model, "name", scenario.profile.name), msgs)
+    return Prediction(scenario, plans, costs, eq7(costs), getattr(model, "name", scenario.profile.name),
+                      tuple(dict.fromkeys(msgs)), memory)
 
 
 def layout_text(scenario: Scenario) -> str:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import csv
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,52 +127,68 @@ def _interval(iters: list[int]) -> int:
     return int(np.median(steps)) if steps.size else 1
 
 
-def _megatron(path: str, text: str) -> IterationSeries:
-    iters, secs = [], []
+#: what a format's line parser finds on a line: (iteration or None for "the next one", seconds, the
+#: text they came from, for errors); None where the line holds no iteration time
+Found = tuple[int | None, float, str] | None
+
+
+def _scan(path: str, text: str, missing: str, parse: Callable[[str], Found]) -> IterationSeries:
+    """One series from the lines ``parse`` finds an iteration time on; ``missing`` if none."""
+    iters: list[int] = []
+    secs: list[float] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
+        found = parse(line)
+        if found is None:
+            continue
+        it, value, shown = found
+        iters.append(len(iters) if it is None else it)
+        secs.append(_positive(value, f"{path}:{lineno}", shown))
+    if not secs:
+        raise ConfigError(path, missing)
+    return _series(path, Path(path).stem, None, iters, secs, _interval(iters))
+
+
+def _megatron(path: str, text: str) -> IterationSeries:
+    def parse(line: str) -> Found:
         m = _MEGATRON_MS.search(line)
         if not m:
-            continue
+            return None
         it = _MEGATRON_ITER.search(line)
-        iters.append(int(it.group(1)) if it else len(iters))
-        secs.append(_positive(float(m.group(1)) * 1e-3, f"{path}:{lineno}", m.group(1)))
-    if not secs:
-        raise ConfigError(path, "no 'elapsed time per iteration (ms):' lines found")
-    return _series(path, Path(path).stem, None, iters, secs, _interval(iters))
+        return (int(it.group(1)) if it else None), float(m.group(1)) * 1e-3, m.group(1)
+
+    return _scan(path, text, "no 'elapsed time per iteration (ms):' lines found", parse)
 
 
 def _deepspeed(path: str, text: str, batch_size: float | None) -> IterationSeries:
     if batch_size is None or not batch_size > 0:
         raise ConfigError("--batch-size", "DeepSpeed logs give samples/s; give the global train_batch_size "
                                           "(samples per step) to turn them into seconds")
-    iters, secs = [], []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    size = batch_size
+
+    def parse(line: str) -> Found:
         m = _DEEPSPEED.search(line)
         if not m:
-            continue
+            return None
         rate = float(m.group(3))
-        iters.append(int(m.group(1) or m.group(2)))
-        secs.append(_positive(batch_size / rate if rate > 0 else math.inf, f"{path}:{lineno}", m.group(3)))
-    if not secs:
-        raise ConfigError(path, "no DeepSpeed 'CurrSamplesPerSec=' lines found")
-    return _series(path, Path(path).stem, None, iters, secs, _interval(iters))
+        return int(m.group(1) or m.group(2)), (size / rate if rate > 0 else math.inf), m.group(3)
+
+    return _scan(path, text, "no DeepSpeed 'CurrSamplesPerSec=' lines found", parse)
 
 
 def _torchtitan(path: str, text: str, tokens_per_gpu_step: float | None) -> IterationSeries:
     if tokens_per_gpu_step is None or not tokens_per_gpu_step > 0:
         raise ConfigError("--tokens-per-gpu-step", "torchtitan logs give tokens/s per GPU (tps); give the global "
                                                    "batch's tokens per step divided by the GPU count")
-    iters, secs = [], []
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        m = _TORCHTITAN.search(_ANSI.sub("", raw))
+    tokens = tokens_per_gpu_step
+
+    def parse(line: str) -> Found:
+        m = _TORCHTITAN.search(_ANSI.sub("", line))
         if not m:
-            continue
+            return None
         tps = float(m.group(2).replace(",", ""))
-        iters.append(int(m.group(1)))
-        secs.append(_positive(tokens_per_gpu_step / tps if tps > 0 else math.inf, f"{path}:{lineno}", m.group(2)))
-    if not secs:
-        raise ConfigError(path, "no torchtitan 'step: ... tps: ...' lines found")
-    return _series(path, Path(path).stem, None, iters, secs, _interval(iters))
+        return int(m.group(1)), (tokens / tps if tps > 0 else math.inf), m.group(2)
+
+    return _scan(path, text, "no torchtitan 'step: ... tps: ...' lines found", parse)
 
 
 def _csv(path: str, text: str) -> list[IterationSeries]:

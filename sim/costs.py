@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainsim.operators import Collective, CollKind, Direction, DurationModel, Op, OpKind, StagePlan, TrainingSpec
-from trainsim.operators.errors import ConfigError
+from trainsim.operators.errors import ConfigError, NoSamplesError
 from trainsim.operators.spec import Parallelism
 from trainsim.operators.stages import DPBuckets, GradSegment
 from trainsim.topology import ClusterSpec, Placement, closed_form_seconds
@@ -223,16 +223,16 @@ def _tp_overlapped(plan: StagePlan, direction: str, count: int, rs_s: float, ag_
     """
     assert plan.tp_overlap_gemms is not None
     qkv, out, up, down = plan.tp_overlap_gemms
-    table = fwd if direction == "fwd" else bwd
-    per_layer = (max(0.0, ag_s - table[qkv]) + max(0.0, rs_s - table[out])
-                 + max(0.0, ag_s - table[up]) + max(0.0, rs_s - table[down]))
+
+    def per_layer(table: dict[Op, float]) -> float:
+        return (max(0.0, ag_s - table[qkv]) + max(0.0, rs_s - table[out])
+                + max(0.0, ag_s - table[up]) + max(0.0, rs_s - table[down]))
+
     layers = plan.encoders
-    syncs_per_layer = 2  # each layer's two MP syncs are the four overlapped collectives
-    overlapped = layers * syncs_per_layer
-    exposed = layers * per_layer
+    overlapped = 2 * layers  # each layer's two MP syncs are the four overlapped collectives
+    exposed = layers * per_layer(fwd if direction == "fwd" else bwd)
     if direction == "bwd" and count >= 2 * overlapped:  # a full recompute re-runs the forward's syncs
-        exposed += layers * (max(0.0, ag_s - fwd[qkv]) + max(0.0, rs_s - fwd[out])
-                             + max(0.0, ag_s - fwd[up]) + max(0.0, rs_s - fwd[down]))
+        exposed += layers * per_layer(fwd)
         overlapped *= 2
     return exposed + max(0, count - overlapped) * (rs_s + ag_s)
 
@@ -312,8 +312,8 @@ def _swiglu_table(model: DurationModel, ops: Sequence[Op], direction: Direction,
     try:
         secs = np.asarray(model.op_seconds(list(ops), direction), dtype=float)
         return dict(zip(ops, secs.tolist(), strict=True))
-    except ConfigError as e:
-        if "no samples for operator swiglu" not in e.message and "swiglu" not in e.message:
+    except NoSamplesError as e:
+        if e.kind != OpKind.SWIGLU.value:
             raise
     stand_in = [dataclasses.replace(o, kind=OpKind.GELU, f=3 * o.ffn // 2) for o in ops]
     secs = np.asarray(model.op_seconds(stand_in, direction), dtype=float)
