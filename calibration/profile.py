@@ -38,6 +38,13 @@ from typing import Any
 import numpy as np
 
 from trainsim.calibration.collective_curve import ALIGN_ENTRIES, CURVE_KIND, CURVE_VERSION, MIN_SIZES, LogLogCurve
+from trainsim.calibration.efficiency import (
+    LAUNCH_FILE,
+    REFERENCE_GPUS,
+    Roofline,
+    gpu_of_samples,
+    measured_launch_s,
+)
 from trainsim.calibration.forest import TreeEnsemble
 from trainsim.calibration.roofline import RooflineProfile
 from trainsim.calibration.samples import (
@@ -48,6 +55,7 @@ from trainsim.calibration.samples import (
     ComputeSample,
     data_hash,
     load_sample_dir,
+    read_meta,
 )
 from trainsim.operators.errors import ConfigError, NoSamplesError
 from trainsim.operators.ops import (
@@ -75,6 +83,11 @@ CACHE_ENV = "TRAINSIM_CACHE"
 SHIPPED_DIR = Path(__file__).resolve().parent / "profiles"
 INTERFERENCE_FILE = "interference.json"
 COLLECTIVE_FEATURES = ("entries",)
+
+#: A regressor whose validation MAPE is above this is flagged by ``trainsim profile show`` and, when a
+#: run prices an operator with it, in the run's warnings (issue 9: no profile ships an operator whose
+#: error is not shown and below a stated bar without saying so)
+VALIDATION_BAR_PCT = 20.0
 
 #: Incremented by every :func:`fit_profile` call (tests check that a cache hit does not fit).
 fit_calls = 0
@@ -167,6 +180,13 @@ class FittedProfile:
         self.host_overhead: dict[str, dict] | None = None
         # compute-communication interference (calibration.interference.InterferenceModel); None: not measured
         self.interference: Any = None
+        # profile.model: "duration" regressors predict microseconds; "efficiency" ones the slowdown over
+        # the roofline of the GPU measured (calibration.efficiency), priced on ``target`` (that GPU, or
+        # another one's datasheet for a transfer profile)
+        self.model = str(self.manifest.get("model", "duration"))
+        rl = self.manifest.get("roofline")
+        self.roofline: Roofline | None = Roofline.from_dict(rl) if isinstance(rl, dict) else None
+        self.target: Roofline | None = self.roofline
 
     # ------------------------------------------------------------------ prediction
 
@@ -182,10 +202,31 @@ class FittedProfile:
         other._warned = set()
         return other
 
+    def with_target(self, target: Roofline, name: str | None = None) -> FittedProfile:
+        """A transfer profile: this profile's learned efficiencies priced on another GPU's roofline.
+
+        Only an efficiency profile can transfer. Its collectives, host costs and interference were
+        measured on the source machine and are dropped: collectives fall back to the topology's
+        closed forms (and say so)."""
+        if self.model != "efficiency" or self.roofline is None:
+            raise ConfigError("profile", f"profile '{self.name}' is not an efficiency profile; only one can be "
+                                         f"transferred to another GPU")
+        other = copy.copy(self)
+        other.name = name or f"transfer:{target.gpu}"
+        other.target = target
+        other.regressors = _OpsOnly(self.regressors)
+        other.host_overhead = None
+        other.interference = None
+        other._warned = set()
+        return other
+
     def _predict(self, key: str, X: np.ndarray, label: str, names: Sequence[str],
                  exponents: Sequence[float] | None = None) -> np.ndarray:
+        """Seconds for a duration regressor; the slowdown over the roofline for an efficiency one."""
         reg = self.regressors[key]
-        scale_up = self.extrapolate == "work" and exponents is not None and not isinstance(reg.ensemble, LogLogCurve)
+        slowdown = reg.summary.get("target") == "slowdown"
+        scale_up = (self.extrapolate == "work" and exponents is not None and not slowdown
+                    and not isinstance(reg.ensemble, LogLogCurve))
         for j, fname in enumerate(names):
             col = X[:, j]
             lo, hi = reg.feature_min[j], reg.feature_max[j]
@@ -194,7 +235,11 @@ class FittedProfile:
                 self._warned.add((key, j))
                 vals = col[bad]
                 worst = vals[np.argmax(np.maximum(lo - vals, vals - hi))]
-                if isinstance(reg.ensemble, LogLogCurve):
+                if slowdown:
+                    how = ("the efficiency at the edge of the range is held: the time scales with the operator's "
+                           "FLOPs or bytes (its roofline)" if worst > hi else
+                           "the efficiency at the edge of the range is held, never under the launch floor")
+                elif isinstance(reg.ensemble, LogLogCurve):
                     how = ("the curve holds the smallest sampled size's time (latency floor)" if worst < lo else
                            "the curve scales the largest sampled size's time with size (its bus bandwidth)")
                 elif scale_up:
@@ -217,7 +262,7 @@ class FittedProfile:
         if not (np.isfinite(us).all() and (us >= 0).all()):
             raise ConfigError("profile", f"profile '{self.name}' predicted an invalid duration for {label}: "
                                          f"{us[~(np.isfinite(us) & (us >= 0))][0]!r} us")
-        return us * 1e-6
+        return us if slowdown else us * 1e-6
 
     def op_seconds(self, ops: Sequence[Op], direction: Direction) -> np.ndarray:
         direction = Direction(direction)
@@ -231,8 +276,13 @@ class FittedProfile:
                 raise NoSamplesError("profile", f"profile '{self.name}' has no samples for operator {kind.value} "
                                                 f"({direction.value})", kind.value)
             X = np.array([features(ops[i]) for i in idx], dtype=np.float64)
-            out[idx] = self._predict(key, X, f"operator {kind.value} ({direction.value})", FEATURE_NAMES[kind],
-                                     work_exponents(kind))
+            pred = self._predict(key, X, f"operator {kind.value} ({direction.value})", FEATURE_NAMES[kind],
+                                 work_exponents(kind))
+            if self.regressors[key].summary.get("target") == "slowdown":
+                assert self.target is not None  # an efficiency profile always has its roofline
+                out[idx] = pred * self.target.seconds_of([ops[i] for i in idx], direction)
+                continue
+            out[idx] = pred
             if self.extrapolate == "work" and self.hardware is not None:
                 above = (X > self.regressors[key].feature_max).any(axis=1)
                 peak, bw = self.hardware
@@ -326,6 +376,28 @@ class FittedProfile:
         return f"FittedProfile({self.name!r}, {len(self.regressors)} regressors)"
 
 
+class _OpsOnly(Mapping[str, Regressor]):
+    """A profile's operator regressors without its collective ones (a transfer profile's view)."""
+
+    def __init__(self, inner: Mapping[str, Regressor]) -> None:
+        self._inner = inner
+        self._keys = [k for k in inner if not k.startswith("coll:")]
+
+    def __getitem__(self, key: str) -> Regressor:
+        if key.startswith("coll:"):
+            raise KeyError(key)
+        return self._inner[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and not key.startswith("coll:") and key in self._inner
+
+
 class _LazyRegressors(Mapping[str, Regressor]):
     """A cached profile's regressors, each read from its arrays file on first use.
 
@@ -352,6 +424,7 @@ class _LazyRegressors(Mapping[str, Regressor]):
             ens: Predictor = (LogLogCurve.from_arrays(arrays) if e.get("model") == CURVE_KIND
                               else TreeEnsemble(**arrays, **e["ensemble"]))
             summary = {k: e[k] for k in ("kind", "params", "validation_mape", "candidate_mape", "n")}
+            summary["target"] = e.get("target", "duration")
             reg = self._loaded[key] = Regressor(ens, np.asarray(e["feature_min"], dtype=np.float64),
                                                 np.asarray(e["feature_max"], dtype=np.float64), summary)
         return reg
@@ -377,14 +450,16 @@ def _finite_or_none(x: float) -> float | None:
 
 
 def _fit_one(X: np.ndarray, y: np.ndarray, random_state: int, candidates,
-             monotonic_cst: Sequence[int] | None = None) -> Regressor:
+             monotonic_cst: Sequence[int] | None = None, target: str = "duration") -> Regressor:
     from trainsim.calibration.select import OperatorRegressor
 
-    # a constrained fit is on log durations (select's module doc: raw ones fit badly under constraints)
+    # a constrained fit is on log durations (select's module doc: raw ones fit badly under
+    # constraints); a slowdown (duration / roofline) is a ratio, fitted on its log as well
     r = OperatorRegressor(candidates=candidates, random_state=random_state, monotonic_cst=monotonic_cst,
-                          log_target=monotonic_cst is not None).fit(X, y)
+                          log_target=monotonic_cst is not None or target == "slowdown").fit(X, y)
     summary = {"kind": r.best_kind_, "params": r.best_params_, "validation_mape": _finite_or_none(r.validation_mape_),
-               "candidate_mape": [_finite_or_none(s) for s in r.candidate_mape_], "n": int(r.n_samples_)}
+               "candidate_mape": [_finite_or_none(s) for s in r.candidate_mape_], "n": int(r.n_samples_),
+               "target": target}
     return Regressor(r.to_ensemble(), r.feature_min_.copy(), r.feature_max_.copy(), summary)
 
 
@@ -408,7 +483,8 @@ def _coll_kind(key: str) -> CollKind | None:
 def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_rows: Sequence[CollectiveSample],
                 random_state: int = 0, *, progress: Progress = None, n_jobs: int = 2, candidates=None,
                 manifest: dict | None = None, on_total: Progress = None,
-                collective_model: str = "tree", monotone: bool = False) -> FittedProfile:
+                collective_model: str = "tree", monotone: bool = False, model: str = "duration",
+                roofline: Roofline | None = None) -> FittedProfile:
     """Fit one regressor per (operator, direction) and per (collective, nodes, GPUs per node).
 
     ``collective_model``: ``"tree"`` fits every collective group with the operators' tree
@@ -420,6 +496,9 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
     (``select.monotone_constraints``: more work is never faster); the reference profiles keep
     the default, unconstrained trees, which reproduce the paper.
 
+    ``model``: ``"duration"`` fits each operator's duration; ``"efficiency"`` its slowdown over
+    ``roofline`` (calibration.efficiency), unconstrained (``monotone`` applies to durations only).
+
     ``on_total(n)`` is called once with the number of regressors, then ``progress(1)`` as each is fitted.
 
     Regressors are independent and seeded, so the result does not depend on ``n_jobs``
@@ -428,12 +507,18 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
     global fit_calls
     if collective_model not in ("tree", "auto"):
         raise ValueError(f"collective_model must be 'tree' or 'auto', got {collective_model!r}")
+    if model not in ("duration", "efficiency"):
+        raise ConfigError("profile.model", f"must be duration or efficiency, got {model!r}")
+    if model == "efficiency" and roofline is None:
+        raise ValueError("an efficiency profile needs the roofline of the GPU its samples were measured on")
     fit_calls += 1
     data: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
     for s in compute_rows:
         xs, ys = data[_op_key(s.op.kind, s.direction)]
         xs.append(features(s.op))
-        ys.append(s.duration_us)
+        # a slowdown: the measured time over the roofline's (both in seconds)
+        ys.append(s.duration_us if roofline is None or model == "duration"
+                  else s.duration_us * 1e-6 / roofline.seconds(s.op, s.direction))
     for c in collective_rows:
         xs, ys = data[_coll_key(c.coll.kind, c.coll.nodes, c.coll.gpus_per_node)]
         xs.append((float(c.coll.entries),))
@@ -451,12 +536,13 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
         if kind is not None and collective_model == "auto" and np.unique(X[:, 0]).size >= MIN_SIZES:
             return _fit_curve(kind, X, y)
         cst = None
-        if monotone:
+        slowdown = kind is None and model == "efficiency"
+        if monotone and not slowdown:
             from trainsim.calibration.select import monotone_constraints
 
             names = COLLECTIVE_FEATURES if kind is not None else FEATURE_NAMES[OpKind(key.split(":")[1])]
             cst = monotone_constraints(names)
-        return _fit_one(X, y, random_state, candidates, cst)
+        return _fit_one(X, y, random_state, candidates, cst, "slowdown" if slowdown else "duration")
 
     t0 = time.perf_counter()
     regs: dict[str, Regressor] = {}
@@ -474,7 +560,8 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
             if progress:
                 progress(1)
     meta = {"random_state": random_state, "versions": library_versions(), "features": features_fingerprint(),
-            "collective_model": _collective_tag(collective_model), "monotone": monotone,
+            "collective_model": _collective_tag(collective_model), "monotone": monotone, "model": model,
+            **({"roofline": roofline.to_dict()} if model == "efficiency" and roofline is not None else {}),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "fit_seconds": round(time.perf_counter() - t0, 3),
             **(manifest or {})}
     return FittedProfile(name, regs, meta)
@@ -513,7 +600,8 @@ def _collective_tag(collective_model: str) -> str:
 
 
 def _cache_valid(path: Path, hash_: str, random_state: int, collective_model: str = "tree",
-                 monotone: bool = False) -> bool:
+                 monotone: bool = False, model: str = "duration", gpu: str | None = None,
+                 candidates: str = "paper") -> bool:
     try:
         m = json.loads((path / MANIFEST_FILE).read_text())
     except (OSError, json.JSONDecodeError):
@@ -524,15 +612,34 @@ def _cache_valid(path: Path, hash_: str, random_state: int, collective_model: st
             and m.get("collective_model") == _collective_tag(collective_model)
             # a manifest from before the flag was unconstrained: still valid for a reference
             # profile, refitted for a sample directory
-            and m.get("monotone", False) == monotone and (path / ARRAYS_FILE).exists())
+            and m.get("monotone", False) == monotone and m.get("model", "duration") == model
+            and m.get("candidates", "paper") == candidates
+            and (gpu is None or _roofline_current(m.get("roofline"), gpu)) and (path / ARRAYS_FILE).exists())
+
+
+def _roofline_current(record: Any, gpu: str) -> bool:
+    """A cached efficiency profile's roofline is the GPU's current datasheet figures (a corrected
+    preset refits it)."""
+    from trainsim.topology.hardware import GPU_PRESETS
+
+    spec = GPU_PRESETS.get(gpu)
+    return (isinstance(record, dict) and spec is not None and record.get("gpu") == gpu
+            and record.get("peak_flops") == spec.peak_flops and record.get("peak_fp8") == spec.peak_fp8
+            and record.get("mem_bw") == spec.mem_bw)
 
 
 def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress: Progress,
                 random_state: int, on_total: Progress = None, collective_model: str = "tree",
-                monotone: bool = False) -> FittedProfile:
+                monotone: bool = False, model: str = "duration", gpu: str | None = None,
+                launch_s: float | None = None, candidates: str = "paper") -> FittedProfile:
+    """Load the cached fit or fit and cache it (``candidates``: "paper", select.DEFAULT_CANDIDATES, or
+    "fast", select.FAST_CANDIDATES). ``model="efficiency"`` needs ``gpu`` (a
+    topology preset); its launch floor is ``launch_s``, else the fastest sample."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[-60:]
-    path = cache_root(cache_dir) / f"{slug}-{hash_[:12]}"
-    if _cache_valid(path, hash_, random_state, collective_model, monotone):
+    tag = "-eff" if model == "efficiency" else ""
+    path = cache_root(cache_dir) / f"{slug}{tag}-{hash_[:12]}"
+    if _cache_valid(path, hash_, random_state, collective_model, monotone, model,
+                    gpu if model == "efficiency" else None, candidates):
         try:
             return FittedProfile.load(path)
         except (ConfigError, OSError, KeyError, ValueError) as e:
@@ -542,9 +649,23 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
     compute, colls = loader()
     quirks = find_quirks(list(compute), list(colls), name)
     warn_quirks(quirks)
-    prof = fit_profile(name, compute, colls, random_state, progress=progress, on_total=on_total,
-                       manifest={"data_hash": hash_, "source": source, "quirks": quirks},
-                       collective_model=collective_model, monotone=monotone)
+    roofline = None
+    if model == "efficiency":
+        if gpu is None:
+            raise ValueError("an efficiency profile needs its GPU")
+        if launch_s is None:
+            if not compute:
+                raise ConfigError(source, "profile.model efficiency needs operator samples")
+            launch_s = min(s.duration_us for s in compute) * 1e-6
+        roofline = Roofline.for_gpu(gpu, launch_s)
+    grid = None
+    if candidates == "fast":
+        from trainsim.calibration.select import FAST_CANDIDATES
+
+        grid = FAST_CANDIDATES
+    prof = fit_profile(name, compute, colls, random_state, progress=progress, on_total=on_total, candidates=grid,
+                       manifest={"data_hash": hash_, "source": source, "quirks": quirks, "candidates": candidates},
+                       collective_model=collective_model, monotone=monotone, model=model, roofline=roofline)
     try:
         prof.save(path)
     except OSError as e:
@@ -552,9 +673,70 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
     return prof
 
 
+def _with_transferred_compute(prof: FittedProfile, source: str, path: Path, reference_dir, cache_dir,
+                              progress: Progress, random_state: int, on_total: Progress) -> FittedProfile:
+    """A sample directory of measured collectives whose ``meta.json`` says
+    ``"compute_transfer_from": "<profile>"``: its operators are that profile's efficiencies on this
+    directory's GPU (its datasheet roofline), its collectives its own."""
+    if source.startswith("transfer:") or Path(source).resolve() == path.resolve():
+        raise ConfigError(str(path / META_FILE), f"compute_transfer_from must name a measured profile, got {source!r}")
+    gpu = gpu_of_samples(read_meta(path / META_FILE), str(path / META_FILE))
+    base = load_profile(source, reference_dir, cache_dir, progress, random_state=random_state, on_total=on_total,
+                        model="efficiency")
+    assert base.roofline is not None
+    ops = base.with_target(Roofline.for_gpu(gpu, base.roofline.launch_s), prof.name)
+    merged = FittedProfile(prof.name, _Merged(ops.regressors, prof.regressors),
+                           {**prof.manifest, "model": "efficiency", "roofline": ops.target.to_dict() if ops.target else None,
+                            "compute_transfer_from": source})
+    merged.roofline = base.roofline  # the efficiencies' own GPU; merged.target prices on this one
+    merged.target = ops.target
+    return merged
+
+
+class _Merged(Mapping[str, Regressor]):
+    """Two profiles' regressors as one mapping (the first wins on a shared key)."""
+
+    def __init__(self, first: Mapping[str, Regressor], second: Mapping[str, Regressor]) -> None:
+        self._maps = (first, second)
+        self._keys = list(dict.fromkeys([*first, *second]))
+
+    def __getitem__(self, key: str) -> Regressor:
+        for m in self._maps:
+            if key in m:
+                return m[key]
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: object) -> bool:
+        return any(key in m for m in self._maps)
+
+
+#: the measured profile a ``transfer:<gpu>`` profile takes its efficiencies from
+TRANSFER_SOURCE = "h100-sxm-bf16"
+MODELS = ("duration", "efficiency")
+
+
+def _known_gpu(meta: dict) -> bool:
+    from trainsim.topology.hardware import gpu_for_device_name
+
+    name = meta.get("gpu")
+    return isinstance(name, str) and gpu_for_device_name(name) is not None
+
+
+def default_model(name: str) -> str:
+    """``profile.model`` when a scenario does not say: the paper's duration trees for the reference
+    profiles (their reproduction), efficiency for everything measured by this project."""
+    return "duration" if name.startswith("reference:") else "efficiency"
+
+
 def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | None = None,
                  progress: Progress = None, gpu_specs: Mapping[str, tuple[float, float]] | None = None,
-                 random_state: int = 0, on_total: Progress = None):
+                 random_state: int = 0, on_total: Progress = None, model: str | None = None):
     """Resolve a profile name to a :class:`operators.duration.DurationModel`.
 
     A profile that must be fitted (no valid cache) calls ``on_total(n)`` with its regressor
@@ -566,7 +748,29 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
       (peak_flops, mem_bw)``, which the caller supplies (the GPU presets live in topology).
     * a path to a sample directory (compute.csv / collectives.csv / meta.json): fitted, cached.
     * a shipped name: the sample directory ``calibration/profiles/<name>/``, fitted, cached.
+    * ``transfer:<gpu>``: :data:`TRANSFER_SOURCE`'s learned efficiencies on ``<gpu>``'s datasheet
+      roofline (topology.hardware presets); operators only.
+
+    ``model``: ``duration`` or ``efficiency`` regressors (None: :func:`default_model`; a sample
+    directory whose ``meta.json`` names a GPU without a datasheet preset then falls back to duration).
     """
+    auto = model is None
+    model = default_model(name) if model is None else model
+    if model not in MODELS:
+        raise ConfigError("profile.model", f"must be duration or efficiency, got {model!r}")
+    if name.startswith("transfer:"):
+        from trainsim.topology.hardware import GPU_PRESETS
+
+        gpu = name.split(":", 1)[1].strip().lower()
+        if gpu not in GPU_PRESETS:
+            raise ConfigError("profile.name", f"unknown GPU {gpu!r} in {name!r}; known: "
+                                              f"{', '.join(sorted(GPU_PRESETS))}")
+        if model != "efficiency":
+            raise ConfigError("profile.model", f"a transfer profile is an efficiency model; got {model!r}")
+        source = load_profile(TRANSFER_SOURCE, reference_dir, cache_dir, progress, random_state=random_state,
+                              on_total=on_total, model="efficiency")
+        assert source.roofline is not None
+        return source.with_target(Roofline.for_gpu(gpu, source.roofline.launch_s), f"transfer:{gpu}")
     if name.startswith("roofline:"):
         gpu = name.split(":", 1)[1]
         specs = dict(gpu_specs or {})
@@ -587,13 +791,14 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
         op_files, nccl_files = reference_files(root, canon)
         hash_ = data_hash(op_files + nccl_files, root)
         return _fit_cached(f"reference:{canon}", hash_, str(root / canon),
-                           lambda: load_reference(root, canon), cache_dir, progress, random_state, on_total)
+                           lambda: load_reference(root, canon), cache_dir, progress, random_state, on_total,
+                           model=model, gpu=REFERENCE_GPUS[canon])
     path = Path(name).expanduser()
     if not path.is_dir() and re.fullmatch(r"[A-Za-z0-9_.-]+", name) and (SHIPPED_DIR / name).is_dir():
         path = SHIPPED_DIR / name
     if path.is_dir():
-        files = [path / f for f in (COMPUTE_FILE, COLLECTIVE_FILE, META_FILE) if (path / f).exists()]
-        if not any(f.name != META_FILE for f in files):
+        files = [path / f for f in (COMPUTE_FILE, COLLECTIVE_FILE, META_FILE, LAUNCH_FILE) if (path / f).exists()]
+        if not any(f.name not in (META_FILE, LAUNCH_FILE) for f in files):
             raise ConfigError(str(path), f"holds neither {COMPUTE_FILE} nor {COLLECTIVE_FILE}")
 
         def loader():
@@ -603,8 +808,22 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
         # measured tables (collectives_bench: many sizes per group) interpolate as curves, and
         # their trees are monotone in the work; the reference profiles above keep the
         # reference's unconstrained trees, which the paper cases depend on
+        gpu = None
+        fitted_model = model if (path / COMPUTE_FILE).exists() else "duration"  # collectives only: no roofline
+        if fitted_model == "efficiency":
+            meta = read_meta(path / META_FILE) if (path / META_FILE).is_file() else {}
+            if auto and not _known_gpu(meta):
+                fitted_model = "duration"  # samples of a GPU without datasheet peaks: no roofline to scale
+            else:
+                gpu = gpu_of_samples(meta, str(path / META_FILE))
         prof = _fit_cached(name, data_hash(files, path), str(path.resolve()), loader, cache_dir, progress,
-                           random_state, on_total, collective_model="auto", monotone=True)
+                           random_state, on_total, collective_model="auto", monotone=True, model=fitted_model, gpu=gpu,
+                           launch_s=measured_launch_s(path), candidates="fast")
+        meta = read_meta(path / META_FILE) if (path / META_FILE).is_file() else {}
+        source = meta.get("compute_transfer_from")
+        if not (path / COMPUTE_FILE).exists() and isinstance(source, str):
+            prof = _with_transferred_compute(prof, source, path, reference_dir, cache_dir, progress, random_state,
+                                             on_total)
         from trainsim.calibration.host_overhead import HOST_FILE, load_host_overhead
 
         if (path / HOST_FILE).is_file():  # the runtimes' host cost on the machine the samples came from
@@ -614,5 +833,5 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
 
             prof.interference = load_interference(path / INTERFERENCE_FILE)
         return prof
-    known = ["reference:Perlmutter", "reference:Vista", "roofline:<gpu>", *shipped_profiles()]
+    known = ["reference:Perlmutter", "reference:Vista", "roofline:<gpu>", "transfer:<gpu>", *shipped_profiles()]
     raise ConfigError("profile", f"unknown profile '{name}'; known: {', '.join(known)}, or a sample directory")

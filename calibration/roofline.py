@@ -1,43 +1,59 @@
-"""A roofline duration model: the fallback when no samples exist for a GPU.
+"""The roofline profile: a GPU's datasheet bound times efficiencies learned on a measured GPU.
 
-``time = launch + max(flops / (peak * compute_efficiency), bytes / (bw * memory_efficiency))``
-with the FLOP and byte counts of :mod:`operators.ops`. The default efficiencies
-(70% of peak tensor FLOP/s, 80% of peak memory bandwidth) and the 5 us launch
-overhead are *assumptions* typical of large fp16 GEMMs and streaming kernels, not
-measurements; small, attention-shaped or fused kernels typically run well below
-them, so a roofline profile under-predicts. Collectives are left to the
-topology's closed forms (NaN here, 0 for one rank).
+``time = max(launch, flops / peak, bytes / mem_bw) * slowdown[operator, direction]`` with the FLOP
+and byte counts of :mod:`operators.ops` and the GPU's dense peaks (FP8 GEMM kinds against the FP8
+peak). ``slowdown`` is not an assumption: it is the median measured / roofline time of each
+operator's largest shapes on the shipped measured profile (``calibration/profiles/
+roofline_efficiency.json``, written by ``python -m trainsim.calibration.efficiency``; the rule is in
+:func:`calibration.efficiency.saturated_slowdowns`), and ``launch`` that profile's measured launch
+floor. One number per operator, whatever the shape: small shapes, which run further from the bound,
+are priced too fast; ``transfer:<gpu>`` uses the shape-dependent efficiency models instead.
+Collectives are left to the topology's closed forms (NaN here, 0 for one rank).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from trainsim.calibration.efficiency import Roofline, load_roofline_table
 from trainsim.operators.errors import ConfigError, require_positive
-from trainsim.operators.ops import Collective, Direction, Op, bytes_moved, flops
+from trainsim.operators.ops import Collective, Direction, Op
 
 
 class RooflineProfile:
-    """Analytic :class:`operators.duration.DurationModel` from peak FLOP/s and memory bandwidth."""
+    """Analytic :class:`operators.duration.DurationModel` from a GPU's peaks and learned slowdowns."""
 
-    def __init__(self, name: str, peak_flops: float, mem_bw: float, compute_efficiency: float = 0.7,
-                 memory_efficiency: float = 0.8, launch_s: float = 5e-6) -> None:
+    def __init__(self, name: str, peak_flops: float, mem_bw: float, peak_fp8: float = 0.0,
+                 slowdowns: Mapping[str, float] | None = None, launch_s: float | None = None) -> None:
         require_positive("roofline.peak_flops", peak_flops)
         require_positive("roofline.mem_bw", mem_bw)
-        for field, eff in (("roofline.compute_efficiency", compute_efficiency),
-                           ("roofline.memory_efficiency", memory_efficiency)):
-            if not 0 < eff <= 1:
-                raise ConfigError(field, f"must be in (0, 1], got {eff!r}")
-        if not launch_s >= 0:
-            raise ConfigError("roofline.launch_s", f"must be >= 0, got {launch_s!r}")
+        if slowdowns is None or launch_s is None:
+            table = load_roofline_table()
+            slowdowns = table["slowdowns"] if slowdowns is None else slowdowns
+            launch_s = table["launch_s"] if launch_s is None else launch_s
+            self.learned_from = f"{table.get('source')} ({table.get('gpu')})"
+        else:
+            self.learned_from = "given"
+        for key, value in slowdowns.items():
+            if not (np.isfinite(value) and value > 0):
+                raise ConfigError("roofline.slowdowns", f"{key}: must be a positive number, got {value!r}")
         self.name = name
-        self.peak_flops = float(peak_flops)
-        self.mem_bw = float(mem_bw)
-        self.compute_efficiency = float(compute_efficiency)
-        self.memory_efficiency = float(memory_efficiency)
-        self.launch_s = float(launch_s)
+        self.bound = Roofline(name, float(peak_flops), float(peak_fp8), float(mem_bw), float(launch_s))
+        self.slowdowns = dict(slowdowns)
+
+    @property
+    def peak_flops(self) -> float:
+        return self.bound.peak_flops
+
+    @property
+    def mem_bw(self) -> float:
+        return self.bound.mem_bw
+
+    @property
+    def launch_s(self) -> float:
+        return self.bound.launch_s
 
     def op_seconds(self, ops: Sequence[Op], direction: Direction) -> np.ndarray:
         direction = Direction(direction)
@@ -46,13 +62,14 @@ class RooflineProfile:
             if (direction is Direction.UPDATE) != op.kind.is_optimizer:
                 raise ConfigError("profile", f"roofline profile '{self.name}' has no {direction.value} "
                                              f"duration for operator {op.kind.value}")
-            if op.kind.value.startswith("fp8_"):
-                raise ConfigError("profile", f"roofline profile '{self.name}' has no FP8 rate (its peak is the "
-                                             f"bf16 datasheet figure); training.precision fp8 needs a profile "
-                                             f"with FP8 samples, e.g. h100-sxm-bf16")
-            compute = flops(op, direction) / (self.peak_flops * self.compute_efficiency)
-            memory = bytes_moved(op, direction) / (self.mem_bw * self.memory_efficiency)
-            out[i] = self.launch_s + max(compute, memory)
+            slowdown = self.slowdowns.get(f"{op.kind.value}:{direction.value}")
+            if slowdown is None:
+                raise ConfigError("profile", f"roofline profile '{self.name}' has no learned efficiency for operator "
+                                             f"{op.kind.value} ({direction.value})")
+            if op.kind.value.startswith("fp8_linear") and self.bound.peak_fp8 <= 0:
+                raise ConfigError("profile", f"roofline profile '{self.name}': the GPU has no FP8 rate on its "
+                                             f"datasheet; training.precision fp8 needs a GPU with FP8 tensor cores")
+            out[i] = self.bound.seconds(op, direction) * slowdown
         return out
 
     def collective_seconds(self, colls: Sequence[Collective]) -> np.ndarray:
@@ -63,4 +80,4 @@ class RooflineProfile:
 
     def __repr__(self) -> str:
         return (f"RooflineProfile({self.name!r}, peak_flops={self.peak_flops:g}, mem_bw={self.mem_bw:g}, "
-                f"compute_efficiency={self.compute_efficiency}, memory_efficiency={self.memory_efficiency})")
+                f"peak_fp8={self.bound.peak_fp8:g}, learned from {self.learned_from})")

@@ -172,6 +172,57 @@ def sobol_points(n: int, seed: int) -> list[tuple[int, int, int, int, int, int]]
     return out
 
 
+#: the broad box (``--box broad``, issue 9): the shapes trained today, beyond the paper's box
+BROAD_B = (1, 2, 4, 8, 16, 32, 64)
+BROAD_KINDS = tuple(k for k in (*MEGATRON_KINDS, *OPT_IN_KINDS)
+                    # the unfused attention kinds hold b*h*l*l scores: flash attention at long sequences
+                    if k not in (OpKind.BADDBMM, OpKind.BMM, OpKind.SOFTMAX, OpKind.FUSED_SOFTMAX, OpKind.FILLMASK))
+BROAD_MAX_FLOPS = 4e14  # per timed call (about 0.5 ms at the H100's dense bf16 peak): 20 calls a sample
+
+
+def broad_ops(n: int, seed: int, kinds: Sequence[OpKind]) -> list[Op]:
+    """Operators at ``n`` Sobol points of the broad box: hidden 1024-16384 (d/mp >= 512), sequence
+    256-32768 (log-uniform, a multiple of 256), micro-batch 1-64, head dim 64 or 128, key/value heads
+    1..h (GQA), MLP width 2.5-4 d (SwiGLU's 8/3 d and LLaMA's 3.5 d inside), vocabulary 32k-256k, mp
+    1-8; the tokens b*l capped so that a GEMM call stays under :data:`BROAD_MAX_FLOPS` (a hidden size
+    of 16384 is measured at fewer tokens, which its efficiency does not need)."""
+    from scipy.stats import qmc
+
+    if n <= 0:
+        return []
+    u = qmc.Sobol(d=8, scramble=True, seed=seed).random_base2(max(1, math.ceil(math.log2(n))))[:n]
+    out: list[Op] = []
+    for ub, ul, ud, uh, ump, ukv, uf, uv in u:
+        b = BROAD_B[min(int(ub * len(BROAD_B)), len(BROAD_B) - 1)]
+        l = 256 * round(2 ** (ul * 7))  # noqa: E741 - 256 .. 32768
+        d = 1024 * (1 + min(int(ud * 16), 15))  # 1024 .. 16384
+        hd = 64 if uh < 0.3 else 128
+        h = d // hd
+        mp = (1, 2, 4, 8)[min(int(ump * 4), 3)]
+        while mp > 1 and (h % mp or d // mp < 512):
+            mp //= 2
+        kv = h if ukv < 0.3 else max(1, min(h, 2 ** int(ukv * 4)))  # h, or 1, 2, 4, 8 (GQA / MQA)
+        while kv > 1 and h % kv:
+            kv //= 2
+        f = 256 * round(d * (2.5 + 1.5 * uf) / 256)
+        v = 1024 * round(32 + uv * 224)  # 32k .. 256k
+        widest = max(3 * d, f, v) / mp
+        while b * l > 256 and 2.0 * b * l * d * widest > BROAD_MAX_FLOPS:
+            if b > 1:
+                b //= 2
+            else:
+                l //= 2
+        for kind in kinds:
+            if kind is OpKind.FP8_CAST:
+                out.extend(Op(kind, b=b, l=l, d=w) for w in fp8_cast_widths(d, mp, f, d + 2 * max(kv, mp) * hd))
+            elif kind.is_optimizer:
+                out.append(Op(kind, d=d, mp=mp, layers=1 + int(uv * 8)))
+            else:
+                gqa = kind in (OpKind.LINEAR1, OpKind.FP8_LINEAR1) and kv != h  # only the QKV GEMM sees kv
+                out.append(Op(kind, b=b, l=l, d=d, h=h, mp=mp, v=v, f=f, kv=kv if gqa else 0))
+    return out
+
+
 def config_ops(configs: Iterable[tuple[ModelSpec, TrainingSpec, Parallelism]]) -> list[tuple[Op, Direction]]:
     """Every (operator, direction) the stage plans of these configurations use, in plan order."""
     out: list[tuple[Op, Direction]] = []
@@ -197,6 +248,7 @@ def sampling_plan(
     max_bytes: float = 24e9,
     points: int | None = None,
     hf_tp: bool = False,
+    box: str = "paper",
 ) -> list[tuple[Op, Direction]]:
     """The ordered measurement plan: ``include`` first, then Sobol points, each point over all kinds.
 
@@ -211,6 +263,13 @@ def sampling_plan(
     if points is None:
         per_point = sum(len(directions(k)) * (5 if k is OpKind.FP8_CAST else 1) for k in kinds)
         points = 256 if budget is None else max(1, math.ceil(max(budget - len(plan), 0) / max(per_point, 1)) + 1)
+    if box == "broad":
+        plan.extend((op, dd) for op in broad_ops(points, seed, [k for k in kinds if k in BROAD_KINDS])
+                    if peak_bytes(op) <= max_bytes for dd in directions(op.kind))
+        plan = list(dict.fromkeys(plan))
+        return plan[:budget] if budget is not None else plan
+    if box != "paper":
+        raise ConfigError("--box", f"must be paper or broad, got {box!r}")
     for b, l, d, h, mp, layers in sobol_points(points, seed):
         for kind in kinds:
             for op in ops_at(kind, b, l, d, h, mp, layers, hf_tp):

@@ -375,8 +375,12 @@ def bytes_moved(op: Op, direction: Direction, elem_bytes: int = 2) -> float:
         n = 4 * tokens * d / mp
     elif k in (OpKind.SOFTMAX, OpKind.FUSED_SOFTMAX, OpKind.FILLMASK):
         n = 2 * b * h / mp * l * l
-    elif k in (OpKind.LAYERNORM, OpKind.RMSNORM, OpKind.ROPE):
+    elif k in (OpKind.LAYERNORM, OpKind.RMSNORM):
         n = 2 * tokens * d
+    elif k is OpKind.ROPE:  # q and k of one rank's h/mp heads, each read and written
+        n = 4 * tokens * d / mp
+    elif k is OpKind.RES_ADD and direction is Direction.BWD:  # autograd hands the output gradient to both inputs
+        return 0.0
     elif k is OpKind.RES_ADD:
         n = 3 * tokens * d
     elif k is OpKind.GELU:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trainsim.operators import ConfigError, DurationModel, StagePlan, build_stage_plans
 from trainsim.operators.memory import MemoryEstimate, MemoryFit, fit_report, memory_per_gpu
+from trainsim.scenarios.extrapolation import Extrapolation, find_extrapolated
 from trainsim.scenarios.schema import Scenario
 from trainsim.sim.costs import IterationCosts, build_costs
 from trainsim.sim.eq7 import Eq7Result, eq7
@@ -47,15 +48,17 @@ def duration_model(scenario: Scenario, reference_data: str | None = None,
                               f"known: {', '.join(GPU_PRESETS)}")
         gpu = GPU_PRESETS[gpu_name] if gpu_name else scenario.cluster.gpu
         # cheap to build, and a plain "roofline" depends on the scenario's GPU: never cached
-        return RooflineProfile(f"roofline:{gpu.name}", peak_flops=gpu.peak_flops, mem_bw=gpu.mem_bw)
-    key = (name, ref, cache_dir)
+        return RooflineProfile(f"roofline:{gpu.name}", peak_flops=gpu.peak_flops, mem_bw=gpu.mem_bw,
+                               peak_fp8=gpu.peak_fp8)
+    regressors = scenario.profile.regressor_model
+    key = (name, ref, cache_dir, regressors)
     if key not in _PROFILE_CACHE:
         from trainsim.calibration import load_profile
 
         _PROFILE_CACHE[key] = load_profile(
             name, reference_dir=ref, cache_dir=cache_dir,
             progress=None if fit_progress is None else fit_progress.update,
-            on_total=None if fit_progress is None else fit_progress.set_total)
+            on_total=None if fit_progress is None else fit_progress.set_total, model=regressors)
     model = _PROFILE_CACHE[key]
     with_mode = getattr(model, "with_extrapolation", None)
     if with_mode is None:
@@ -73,6 +76,9 @@ class Prediction:
     profile_name: str
     warnings: tuple[str, ...]
     memory: MemoryEstimate  # peak memory of the busiest GPU (operators.memory)
+    # what is priced outside the profile's sampled range, and its share of the iteration
+    # (scenarios.extrapolation); the headline says "extrapolated" above 1%
+    extrapolated: Extrapolation = field(default_factory=Extrapolation)
 
     @property
     def memory_gib_per_gpu(self) -> float:
@@ -145,6 +151,7 @@ class Prediction:
             ],
             "notes": list(self.costs.notes),
             "warnings": list(self.warnings),
+            "extrapolated": self.extrapolated.to_dict(),
         }
 
 
@@ -155,21 +162,53 @@ def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: st
         warnings.simplefilter("always")
         model = duration_model(scenario, reference_data, cache_dir, fit_progress)
         costs = build_costs(plans, scenario.training, scenario.parallelism, scenario.cluster, model)
+    from trainsim.calibration import ExtrapolationWarning
     from trainsim.calibration.samples import DataQuirkWarning
 
     quirks = [w for w in caught if issubclass(w.category, DataQuirkWarning)]
     msgs = [str(w.message) for w in caught if not issubclass(w.category, DataQuirkWarning)]
+    outside = [str(w.message) for w in caught if issubclass(w.category, ExtrapolationWarning)]
     if quirks:  # found once, when the profile is fitted; listed by `trainsim profile show`
         name = scenario.profile.name
         msgs.append(f"profile {name}: {len(quirks)} data quirks in its samples, kept as measured "
                     f"(`trainsim profile show {name}` lists them)")
     msgs += closed_form_notes(scenario)
+    msgs += above_bar_notes(model, plans)
     memory = memory_per_gpu(scenario.model, scenario.training, scenario.parallelism, plans)
     fit = fit_report(memory, scenario.cluster.gpu.mem_gib)
     if not fit.fits:
         msgs.append(f"memory: {fit.message} per GPU (stage with the most; operators.memory's estimate)")
-    return Prediction(scenario, plans, costs, eq7(costs), getattr(model, "name", scenario.profile.name),
-                      tuple(dict.fromkeys(msgs)), memory)
+    result = eq7(costs)
+    extrapolated = find_extrapolated(model, plans, costs, scenario.training, scenario.cluster, result.iteration_s,
+                                     tuple(dict.fromkeys(outside)))
+    return Prediction(scenario, plans, costs, result, getattr(model, "name", scenario.profile.name),
+                      tuple(dict.fromkeys(msgs)), memory, extrapolated)
+
+
+def above_bar_notes(model: DurationModel, plans: tuple[StagePlan, ...] | list[StagePlan]) -> list[str]:
+    """One note naming the operators this run prices with a regressor whose validation MAPE is above
+    the profile bar (calibration.profile.VALIDATION_BAR_PCT), with that error."""
+    regressors = getattr(model, "regressors", None)
+    if regressors is None:
+        return []
+    from trainsim.calibration.profile import VALIDATION_BAR_PCT
+
+    used = {}
+    for plan in plans:
+        for direction, ocs in (("fwd", plan.forward), ("bwd", plan.backward), ("fwd", plan.recompute)):
+            for oc in ocs:
+                used[f"op:{oc.op.kind.value}:{direction}"] = None
+    bad = []
+    for key in used:
+        if key in regressors:
+            mape = regressors[key].summary.get("validation_mape")
+            if mape is not None and mape > VALIDATION_BAR_PCT:
+                bad.append(f"{key.split(':')[1]} {key.split(':')[2]} {mape:.0f} %")
+    if not bad:
+        return []
+    name = getattr(model, "name", "the profile")
+    return [f"profile {name}: {', '.join(bad)} validation error, above the {VALIDATION_BAR_PCT:g} % bar "
+            f"(`trainsim profile show {name}`)"]
 
 
 def layout_text(scenario: Scenario) -> str:

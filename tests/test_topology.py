@@ -90,7 +90,7 @@ def test_cluster_from_mapping_explicit():
     ({"preset": "vista", "nic_gbps": 0}, "cluster.nic_gbps"),
     ({"preset": "vista", "nic_gbps": "fast"}, "cluster.nic_gbps"),
     ({"preset": "vista", "gpus_per_node": 1.5}, "cluster.gpus_per_node"),
-    ({"preset": "vista", "gpu": "b200"}, "cluster.gpu"),
+    ({"preset": "vista", "gpu": "b300"}, "cluster.gpu"),
 ])
 def test_cluster_from_mapping_errors(section, field):
     with pytest.raises(ConfigError) as e:

@@ -155,6 +155,7 @@ class Simulation:
             "profile": pred.profile_name,
             "notes": list(pred.costs.notes),
             "warnings": list(pred.warnings),
+            "extrapolated": pred.extrapolated.to_dict(),
         }
         if self.trace is not None:
             out["trace"] = {"path": self.trace, "note": self.trace_note}

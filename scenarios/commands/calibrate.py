@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hf-tp", action="store_true",
                    help="sample the hf kinds at the Sobol point's tensor-parallel degree (one rank's shard "
                         "under PyTorch's DTensor plan) instead of whole on one GPU")
+    p.add_argument("--box", choices=("paper", "broad"), default="paper",
+                   help="paper: the paper's box (d to 8192, l to 5120, b to 16); broad: d to 16384, l to 32768, "
+                        "b to 64, GQA, SwiGLU widths, vocabulary to 256k (Megatron, SwiGLU and FP8 kinds)")
     p.add_argument("--max-gib", type=float, default=24.0, help="skip shapes estimated to need more memory")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=10)
@@ -109,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     kinds = parse_kinds(args.ops)
     include = config_ops(read_configs(args.configs)) if args.configs else []
     plan = sampling_plan(kinds, budget=args.budget, seed=args.seed, include=include,
-                         max_bytes=args.max_gib * 2**30, points=args.points, hf_tp=args.hf_tp)
+                         max_bytes=args.max_gib * 2**30, points=args.points, hf_tp=args.hf_tp, box=args.box)
 
     from trainsim.calibration.harness import TorchUnavailable, make_env, pending, run_plan
     from trainsim.scenarios.progress import Progress

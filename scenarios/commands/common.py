@@ -76,13 +76,23 @@ def print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, allow_nan=False))
 
 
-def warn(messages: Any, quiet: bool = False) -> None:
-    """The run's warnings as one short block on stderr (scenarios.progress.summarize_warnings); none: nothing."""
+def warn(messages: Any, quiet: bool = False, extrapolated: Any = None) -> None:
+    """The run's warnings as short blocks on stderr; none: nothing.
+
+    ``extrapolated`` (a prediction's :class:`trainsim.scenarios.extrapolation.Extrapolation`):
+    its block (the inputs priced outside the profile's sampled range, with their share of the
+    iteration) comes first and stands for the profile's extrapolation warnings; the others are
+    folded as :func:`scenarios.progress.warning_block` does."""
     from trainsim.scenarios.progress import warning_block
 
     if quiet:
         return
-    for line in warning_block(messages):
+    lines: list[str] = []
+    if extrapolated is not None:
+        lines += extrapolated.block()
+        messages = extrapolated.other_warnings(messages)
+    lines += warning_block(messages)
+    for line in lines:
         print(line, file=sys.stderr)
 
 

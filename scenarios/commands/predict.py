@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
         pred = api.predict(load(args), reference_data=args.reference_data, cache_dir=args.cache_dir,
                            max_events=getattr(args, "max_events", None),
                            fit_progress=fitbar)
-    warn(pred.warnings, quiet=args.quiet)
+    warn(pred.warnings, quiet=args.quiet, extrapolated=pred.extrapolated)
     if args.json:
         print_json(pred.to_dict())
         return 0
@@ -38,7 +38,7 @@ def render(pred) -> str:
         f"b={tr.micro_batch}, m={m}, {tr.precision.value}, recompute {tr.recompute.value}",
         f"profile: {pred.profile_name}",
         "",
-        f"Eq. 7 iteration time            {fmt_s(e.iteration_s)}",
+        f"Eq. 7 iteration time            {fmt_s(e.iteration_s)}{pred.extrapolated.headline_note()}",
         pipeline_line(e, m, pp, par.virtual_stages),
         f"  tail: gradient sync + update  {fmt_s(e.tail_s)}",
         f"    first-stage DP all-reduce   {fmt_s(e.first_stage_sync_s)}",

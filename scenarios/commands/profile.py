@@ -12,18 +12,31 @@ def register(sub: argparse._SubParsersAction) -> None:
                                 "or a samples folder")
     p.add_argument("--reference-data", metavar="DIR", default=None)
     p.add_argument("--cache-dir", metavar="DIR", default=None)
+    p.add_argument("--model", choices=("duration", "efficiency"), default=None,
+                   help="the regressors to show (default: the profile's; the other model's validation error is "
+                        "shown beside, fitted and cached on first use)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from trainsim.calibration import load_profile
+    from trainsim.operators import ConfigError
 
     if args.name == "roofline" or args.name.startswith("roofline:"):
         show_roofline(args.name, args.json)
         return 0
-    profile = load_profile(args.name, reference_dir=args.reference_data, cache_dir=args.cache_dir)
-    show(profile, args.json)
+    profile = load_profile(args.name, reference_dir=args.reference_data, cache_dir=args.cache_dir, model=args.model)
+    other = None
+    model = getattr(profile, "model", None)
+    if model in ("duration", "efficiency") and not args.name.startswith("transfer:") and any(
+            k.startswith("op:") for k in profile.regressors):
+        try:
+            other = load_profile(args.name, reference_dir=args.reference_data, cache_dir=args.cache_dir,
+                                 model="duration" if model == "efficiency" else "efficiency")
+        except ConfigError as e:  # e.g. a sample directory whose GPU has no datasheet preset
+            print(f"trainsim: note: no {'duration' if model == 'efficiency' else 'efficiency'} model to compare: {e}")
+    show(profile, args.json, other)
     return 0
 
 
@@ -41,41 +54,59 @@ def show_roofline(name: str, as_json: bool) -> None:
     if gpu and gpu.lower() not in GPU_PRESETS:
         raise ConfigError("profile", f"unknown GPU {gpu!r} for the roofline profile; known: {', '.join(GPU_PRESETS)}")
     specs = [GPU_PRESETS[gpu.lower()]] if gpu else list(GPU_PRESETS.values())
-    profiles = [(g, RooflineProfile(f"roofline:{g.name}", g.peak_flops, g.mem_bw)) for g in specs]
+    profiles = [(g, RooflineProfile(f"roofline:{g.name}", g.peak_flops, g.mem_bw, g.peak_fp8)) for g in specs]
     ref = profiles[0][1]
-    what = ("analytic, from the GPU datasheet, not a measurement: an operator takes launch + max(FLOPs / "
-            "(peak x compute efficiency), bytes / (bandwidth x memory efficiency)); collectives use the "
-            "topology's closed form. Small, attention-shaped and fused kernels run below these efficiencies, "
-            "so it under-predicts; `roofline` takes the scenario's GPU, `roofline:<gpu>` a named one")
+    what = ("analytic, from the GPU datasheet times learned efficiencies: an operator takes max(launch, FLOPs / "
+            "peak, bytes / bandwidth) x its slowdown, the median measured / roofline time of its largest shapes "
+            f"on {ref.learned_from} (calibration/profiles/roofline_efficiency.json); one slowdown per operator "
+            "whatever the shape, so small shapes are priced too fast (transfer:<gpu> is shape-dependent); "
+            "collectives use the topology's closed form; `roofline` takes the scenario's GPU, `roofline:<gpu>` "
+            "a named one")
     if as_json:
-        print_json({"profile": name, "kind": "roofline", "what": what,
-                    "compute_efficiency": ref.compute_efficiency, "memory_efficiency": ref.memory_efficiency,
-                    "launch_s": ref.launch_s,
-                    "gpus": [{"gpu": g.name, "peak_flops": p.peak_flops, "mem_bw": p.mem_bw, "mem_gib": g.mem_gib,
-                              "ridge_flop_per_byte": p.peak_flops / p.mem_bw} for g, p in profiles]})
+        print_json({"profile": name, "kind": "roofline", "what": what, "learned_from": ref.learned_from,
+                    "slowdowns": ref.slowdowns, "launch_s": ref.launch_s,
+                    "gpus": [{"gpu": g.name, "peak_flops": p.peak_flops, "peak_fp8": g.peak_fp8, "mem_bw": p.mem_bw,
+                              "mem_gib": g.mem_gib, "ridge_flop_per_byte": p.peak_flops / p.mem_bw}
+                             for g, p in profiles]})
         return
-    print(f"profile {name}: roofline, from the GPU datasheet (not a measurement)")
-    print(f"  operator time = {ref.launch_s * 1e6:g} us launch + max(FLOPs / (peak x {ref.compute_efficiency:.0%}), "
-          f"bytes / (bandwidth x {ref.memory_efficiency:.0%})); the efficiencies are assumptions")
-    print("  collectives: the topology's closed form")
-    print("  small, attention-shaped and fused kernels run below those efficiencies: it under-predicts")
-    print("  `roofline` takes the scenario's GPU; `roofline:<gpu>` names one\n")
+    print(f"profile {name}: roofline, the GPU datasheet times efficiencies learned on {ref.learned_from}")
+    print(f"  operator time = max({ref.launch_s * 1e6:.1f} us launch, FLOPs / peak, bytes / bandwidth) x slowdown")
+    print("  slowdown: per operator, the median measured / roofline time of its largest measured shapes; e.g. "
+          + ", ".join(f"{k} {ref.slowdowns[k]:.2f}" for k in ("linear1:fwd", "flash_attn:fwd", "layernorm:fwd")
+                      if k in ref.slowdowns))
+    print("  one slowdown whatever the shape: small shapes run further from the bound and are priced too fast")
+    print("  collectives: the topology's closed form; `roofline` takes the scenario's GPU; `roofline:<gpu>` names one\n")
     print(f"{'gpu':>16}  {'peak (dense fp16/bf16)':>22}  {'memory bandwidth':>16}  {'memory':>8}  {'ridge':>12}")
     for g, p in profiles:
         print(f"{g.name:>16}  {p.peak_flops / 1e12:>16.0f} TFLOP/s  {p.mem_bw / 1e12:>12.3f} TB/s  "
               f"{g.mem_gib:>4.0f} GiB  {p.peak_flops / p.mem_bw:>6.0f} FLOP/B")
 
 
-def show(profile, as_json: bool) -> None:
-    """Print a fitted profile's per-regressor model selection."""
+def show(profile, as_json: bool, other=None) -> None:
+    """Print a fitted profile's per-regressor model selection; ``other``: the same samples fitted
+    with the other ``profile.model``, whose validation MAPE is shown beside."""
+    from trainsim.calibration.profile import VALIDATION_BAR_PCT
     from trainsim.scenarios.commands.common import print_json
 
     rows = profile.selection_report()
+    model = getattr(profile, "model", "duration")
+    other_name = "duration" if model == "efficiency" else "efficiency"
+    if other is not None:
+        theirs = {(r["operator"], r["direction"]): r["validation_mape_pct"] for r in other.selection_report()}
+        for r in rows:
+            r[f"{other_name}_mape_pct"] = theirs.get((r["operator"], r["direction"]))
+    for r in rows:
+        r["above_bar"] = bool(r["validation_mape_pct"] is not None and r["validation_mape_pct"] > VALIDATION_BAR_PCT)
     quirks = list(getattr(profile, "quirks", []) or [])
+    above = [f"{r['operator']} {r['direction']}" for r in rows if r["above_bar"]]
     if as_json:
-        print_json({"profile": profile.name, "regressors": rows, "quirks": quirks})
+        print_json({"profile": profile.name, "model": model, "validation_bar_pct": VALIDATION_BAR_PCT,
+                    "regressors": rows, "above_bar": above, "quirks": quirks})
         return
-    print(f"profile {profile.name}: {len(rows)} regressors")
+    print(f"profile {profile.name}: {len(rows)} regressors, profile.model {model}"
+          + (f" (validation MAPE of the {other_name} model beside)" if other is not None else ""))
+    print(f"validation bar {VALIDATION_BAR_PCT:g} %: "
+          + (f"{len(above)} above it: {', '.join(above)}" if above else "every regressor is below it"))
     if rows:
         keys = [k for k in rows[0] if k != "params"]
         print("  ".join(f"{k:>14}" for k in keys) + "  params")

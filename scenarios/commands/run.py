@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
                            cache_dir=args.cache_dir, max_events=getattr(args, "max_events", None),
                            fit_progress=fitbar, progress=_simulated_ms(bar))
     pred, result = sim.prediction, sim.result
-    warn(pred.warnings, quiet=args.quiet)
+    warn(pred.warnings, quiet=args.quiet, extrapolated=pred.extrapolated)
     written = [outputs["trace"]] if "trace" in outputs else []
     try:  # a later output failing takes the earlier ones of this command with it
         if "plot" in outputs:
@@ -92,7 +92,7 @@ def render(pred, r) -> str:
         f"{sc.name}: {sc.model.name} on {sc.cluster.name}, {layout_text(sc)}, "
         f"b={tr.micro_batch}, m={tr.micro_batches}, {r.mode} simulation, profile {pred.profile_name}",
         "",
-        f"iteration time (simulated)   {fmt_s(r.iteration_s)}",
+        f"iteration time (simulated)   {fmt_s(r.iteration_s)}{pred.extrapolated.headline_note()}",
         f"Eq. 7                        {fmt_s(r.eq7_s)}   ({100 * diff:+.1f}%)",
         f"tokens/s                     {r.tokens_per_s:12,.0f}",
         f"MFU                          {100 * r.mfu:11.1f} %",
