@@ -23,7 +23,7 @@ setup(
     package_data={
         "trainsim": ["py.typed"],
         "trainsim.scenarios": ["bundled/*.yaml"],
-        "trainsim.calibration": ["profiles/*/*.csv", "profiles/*/*.json"],
+        "trainsim.calibration": ["profiles/*/*.csv", "profiles/*/*.json", "profiles/*.json"],
     },
     include_package_data=False,
 )

@@ -591,6 +591,9 @@ def features_fingerprint() -> str:
 
     code = ops.features.__code__
     blob = repr(sorted((k.value, v) for k, v in ops.FEATURE_NAMES.items())) + code.co_code.hex() + repr(code.co_consts)
+    # an efficiency profile's targets are measured / roofline time: FLOP and byte counts change them
+    for fn in (ops.forward_flops, ops.bytes_moved):
+        blob += fn.__code__.co_code.hex() + repr(fn.__code__.co_consts)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -686,8 +689,8 @@ def _with_transferred_compute(prof: FittedProfile, source: str, path: Path, refe
     assert base.roofline is not None
     ops = base.with_target(Roofline.for_gpu(gpu, base.roofline.launch_s), prof.name)
     merged = FittedProfile(prof.name, _Merged(ops.regressors, prof.regressors),
-                           {**prof.manifest, "model": "efficiency", "roofline": ops.target.to_dict() if ops.target else None,
-                            "compute_transfer_from": source})
+                           {**prof.manifest, "model": "efficiency", "compute_transfer_from": source,
+                            "roofline": ops.target.to_dict() if ops.target else None})
     merged.roofline = base.roofline  # the efficiencies' own GPU; merged.target prices on this one
     merged.target = ops.target
     return merged

@@ -1,6 +1,6 @@
 """The roofline profile: a GPU's datasheet bound times efficiencies learned on a measured GPU.
 
-``time = max(launch, flops / peak, bytes / mem_bw) * slowdown[operator, direction]`` with the FLOP
+``time = max(launch, max(flops / peak, bytes / mem_bw) * slowdown[operator, direction])`` with the FLOP
 and byte counts of :mod:`operators.ops` and the GPU's dense peaks (FP8 GEMM kinds against the FP8
 peak). ``slowdown`` is not an assumption: it is the median measured / roofline time of each
 operator's largest shapes on the shipped measured profile (``calibration/profiles/
@@ -19,7 +19,7 @@ import numpy as np
 
 from trainsim.calibration.efficiency import Roofline, load_roofline_table
 from trainsim.operators.errors import ConfigError, require_positive
-from trainsim.operators.ops import Collective, Direction, Op
+from trainsim.operators.ops import Collective, Direction, Op, bytes_moved, flops
 
 
 class RooflineProfile:
@@ -69,7 +69,11 @@ class RooflineProfile:
             if op.kind.value.startswith("fp8_linear") and self.bound.peak_fp8 <= 0:
                 raise ConfigError("profile", f"roofline profile '{self.name}': the GPU has no FP8 rate on its "
                                              f"datasheet; training.precision fp8 needs a GPU with FP8 tensor cores")
-            out[i] = self.bound.seconds(op, direction) * slowdown
+            # the slowdown is that of large shapes: it scales the work's bound, not the launch floor
+            work = max(flops(op, direction) / (self.bound.peak_fp8 if op.kind.value.startswith("fp8_linear")
+                                               else self.bound.peak_flops),
+                       bytes_moved(op, direction) / self.bound.mem_bw)
+            out[i] = max(self.bound.launch_s, work * slowdown)
         return out
 
     def collective_seconds(self, colls: Sequence[Collective]) -> np.ndarray:

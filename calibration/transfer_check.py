@@ -56,7 +56,8 @@ def check(cluster: str, reference_dir: str | None, source: str, cache_dir: str |
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainsim.calibration.transfer_check", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m trainsim.calibration.transfer_check",
+                                description=(__doc__ or "").split("\n")[0])
     p.add_argument("--reference-data", default=None)
     p.add_argument("--source", default="h100-sxm-bf16")
     p.add_argument("--cluster", action="append", choices=tuple(REFERENCE_GPUS), default=None)

@@ -15,9 +15,11 @@ seconds are, per operator occurrence, its count x its price x the micro-batches 
 per-micro-batch work (forward, backward, recompute, MP / P2P / CP / FSDP collectives, at the
 time ``sim.costs`` charges them: exposed parts only where it hides some), and count x price
 once for the per-update work (optimizer step, gradient accumulation, the stage's own DP
-gradient reduction and parameter all-gather). Pipeline bubbles are not attributed (the stage's
-own busy time only, so a share never exceeds the busy fraction of the iteration; it is capped at
-1), and operators flagged on other stages only count 0 there (they are still listed). The total
+gradient reduction and parameter all-gather, where Eq. 7's tail takes the first stage's). A
+group of collectives charged as one exposed time (sequence parallelism's reduce-scatter and
+all-gather, FSDP's gathers and scatters) is split among its members by calls x price. Pipeline
+bubbles are not attributed (the stage's own busy time only; a share is capped at 1), and an
+input flagged only on other stages gets share 0 (it is still listed). The total
 :attr:`Extrapolation.share` is the union over the flagged occurrences: an operator flagged on two
 features counts once. A simulated iteration (``trainsim run``) is reported against the same
 share (its time differs from Eq. 7's by the simulation's departures, usually a few percent).
@@ -258,6 +260,10 @@ def _outside(use: _Use, regressors: Mapping[str, Any], cache: dict[_Use, tuple[i
     return cache[use]
 
 
+def _feature(use: _Use, j: int) -> str:
+    return use.names[j] if j < len(use.names) else f"feature {j}"
+
+
 def _priced(model: Any, ops: Sequence[tuple[_Use, Op, Direction, float]],
             groups: Sequence[tuple[float, list[tuple[_Use | None, Collective, int]]]],
             cluster: ClusterSpec) -> list[tuple[_Use, float]]:
@@ -299,7 +305,9 @@ def find_extrapolated(model: Any, plans: Sequence[StagePlan], costs: IterationCo
     m = costs.micro_batches
     busiest = max(costs.stages, key=lambda st: st.fwd_s + st.bwd_s).index
     cache: dict[_Use, tuple[int, ...]] = {}
-    worst: dict[tuple[str, int], tuple[float, _Use]] = {}  # (key, feature) -> (distance, use)
+    # (key, feature name) -> (distance outside the range, use, feature index); a name can repeat
+    # (fused_softmax's l, l): one record per name, its farthest value
+    worst: dict[tuple[str, str], tuple[float, _Use, int]] = {}
     # on the busiest stage: flagged op occurrences (use, priced op, direction, calls) and
     # collective groups (seconds, [(use if flagged else None, collective, calls)])
     ops_here: list[tuple[_Use, Op, Direction, float]] = []
@@ -309,9 +317,9 @@ def find_extrapolated(model: Any, plans: Sequence[StagePlan], costs: IterationCo
         reg = regressors[use.key]
         for j in bad:
             lo, hi, v = float(reg.feature_min[j]), float(reg.feature_max[j]), use.x[j]
-            dist = max(lo - v, v - hi)
-            if (use.key, j) not in worst or dist > worst[(use.key, j)][0]:
-                worst[(use.key, j)] = (dist, use)
+            dist, k = max(lo - v, v - hi), (use.key, _feature(use, j))
+            if k not in worst or dist > worst[k][0]:
+                worst[k] = (dist, use, j)
 
     for p, sc in zip(plans, costs.stages, strict=False):
         here = p.index == busiest
@@ -341,23 +349,22 @@ def find_extrapolated(model: Any, plans: Sequence[StagePlan], costs: IterationCo
         warnings.simplefilter("ignore")
         occurrences = _priced(model, ops_here, groups_here, cluster)
 
-    per_feature: dict[tuple[str, int], float] = defaultdict(float)
+    per_feature: dict[tuple[str, str], float] = defaultdict(float)
     flagged_s = 0.0
     for use, secs in occurrences:
         flagged_s += secs
-        for j in _outside(use, regressors, cache):
-            per_feature[(use.key, j)] += secs
+        for name in {_feature(use, j) for j in _outside(use, regressors, cache)}:
+            per_feature[(use.key, name)] += secs
 
     def share(secs: float) -> float:
         return min(1.0, secs / iteration_s) if iteration_s > 0 else 0.0
 
     records = []
-    for (key, j), (_, use) in worst.items():
+    for (key, name), (_, use, j) in worst.items():
         reg = regressors[key]
-        secs = per_feature.get((key, j), 0.0)
+        secs = per_feature.get((key, name), 0.0)
         records.append(ExtrapolatedInput(
-            operator=use.operator, direction=use.direction, group=use.group,
-            feature=use.names[j] if j < len(use.names) else f"feature {j}", value=use.x[j],
+            operator=use.operator, direction=use.direction, group=use.group, feature=name, value=use.x[j],
             sampled_min=float(reg.feature_min[j]), sampled_max=float(reg.feature_max[j]),
             seconds=secs, share=share(secs)))
     records.sort(key=lambda r: (-r.share, r.operator, r.direction or "", r.group or "", r.feature))

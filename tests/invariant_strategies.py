@@ -5,8 +5,9 @@ A shape is legal as the models the simulator builds are: ``d`` a multiple of 128
 head dimension ``d/h`` 64 or 128, ``mp`` in {1, 2, 4, 8} dividing ``h``, ``kv`` 0 (multi-head),
 1 (multi-query) or ``h/r`` with ``r`` in {2, 4, 8} dividing ``h`` (grouped-query), ``f`` 0 (4d) or a
 multiple of 256 near a fixed ratio of ``d`` (SwiGLU's 8/3, or 3.5), ``v`` a real vocabulary
-(32000, 50432, 128256, 256000; each divisible by every mp). The ranges reach far outside the profile's sampled box on both sides (b 1..256,
-l 128..131072, d 256..32768 against sampled b <= 64, l <= 32512, d 512..18432).
+(32000, 50432, 128256, 256000; each divisible by every mp). The ranges reach far outside the
+profile's sampled box on both sides (b 1..256, l 128..131072, d 256..32768 against sampled
+b <= 64, l <= 32512, d 512..18432).
 """
 
 from __future__ import annotations
@@ -63,13 +64,15 @@ def _ffn(ratio: float, d: int) -> int:
     return 0 if ratio == 0 else 256 * math.ceil(ratio * d / 256)
 
 
+def _group(kv_mode: str) -> int:
+    """Query heads per key/value head that ``h`` must be divisible by (1: multi-head or multi-query)."""
+    return int(kv_mode[3:]) if kv_mode.startswith("gqa") else 1
+
+
 def _kv(mode: str, h: int) -> int:
     if mode == "mha":
         return 0
-    if mode == "mqa":
-        return 1
-    r = int(mode[3:])
-    return h // r if h % r == 0 else 0
+    return 1 if mode == "mqa" else h // _group(mode)
 
 
 def d_unit(head_dim: int, mp: int, kv_group: int = 1) -> int:
@@ -77,19 +80,20 @@ def d_unit(head_dim: int, mp: int, kv_group: int = 1) -> int:
     return max(128, head_dim * mp, head_dim * kv_group)
 
 
+def units_range(head_dim: int, mp: int, kv_mode: str) -> tuple[int, int]:
+    """The multiples of :func:`d_unit` that put d in [D_MIN, D_MAX]."""
+    u = d_unit(head_dim, mp, _group(kv_mode))
+    return max(1, -(-D_MIN // u)), D_MAX // u
+
+
 def make_shape(b: int, l: int, d_units: int, head_dim: int, mp: int, kv_mode: str, ffn_ratio: float,  # noqa: E741
                v: int, layers: int) -> Shape:
-    """A legal shape with d = d_units * d_unit(head_dim, mp, 8) (so every kv mode divides h)."""
-    d = d_units * d_unit(head_dim, mp, 8)
+    """A legal shape with d = d_units * d_unit(head_dim, mp, the kv group)."""
+    d = d_units * d_unit(head_dim, mp, _group(kv_mode))
     h = d // head_dim
     s = Shape(b, l, d, h, mp, _kv(kv_mode, h), _ffn(ffn_ratio, d), v, layers, ffn_ratio)
     s.check()
     return s
-
-
-def _units_range(head_dim: int, mp: int) -> tuple[int, int]:
-    u = d_unit(head_dim, mp, 8)
-    return max(1, -(-D_MIN // u)), D_MAX // u
 
 
 # ----------------------------------------------------------------------------- hypothesis
@@ -103,9 +107,10 @@ sizes_l = st.one_of(st.sampled_from([128, 256, 1024, 2048, 4096, 8192, 32768, 65
 def shapes(draw, b=sizes_b, l=sizes_l) -> Shape:  # noqa: E741
     head_dim = draw(st.sampled_from(HEAD_DIMS))
     mp = draw(st.sampled_from(MPS))
-    lo, hi = _units_range(head_dim, mp)
+    kv_mode = draw(st.sampled_from(KV_MODES))
+    lo, hi = units_range(head_dim, mp, kv_mode)
     units = draw(st.one_of(st.sampled_from([lo, hi]), st.integers(lo, hi)))
-    return make_shape(draw(b), draw(l), units, head_dim, mp, draw(st.sampled_from(KV_MODES)),
+    return make_shape(draw(b), draw(l), units, head_dim, mp, kv_mode,
                       draw(st.sampled_from(FFN_RATIOS)), draw(st.sampled_from(VOCABS)),
                       draw(st.one_of(st.sampled_from([1, 2, 12, LAYERS_MAX]), st.integers(1, LAYERS_MAX))))
 
@@ -117,11 +122,12 @@ def random_shape(rng: np.random.Generator) -> Shape:
     """One shape of the same space, log-uniform in b, l and d (the fine-step measurement)."""
     head_dim = int(rng.choice(HEAD_DIMS))
     mp = int(rng.choice(MPS))
-    lo, hi = _units_range(head_dim, mp)
+    kv_mode = str(rng.choice(KV_MODES))
+    lo, hi = units_range(head_dim, mp, kv_mode)
     units = int(np.clip(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))), lo, hi))
     b = int(np.clip(round(math.exp(rng.uniform(0, math.log(B_MAX)))), 1, B_MAX))
     l = int(np.clip(round(math.exp(rng.uniform(math.log(L_MIN), math.log(L_MAX)))), L_MIN, L_MAX))  # noqa: E741
-    return make_shape(b, l, units, head_dim, mp, str(rng.choice(KV_MODES)), float(rng.choice(FFN_RATIOS)),
+    return make_shape(b, l, units, head_dim, mp, kv_mode, float(rng.choice(FFN_RATIOS)),
                       int(rng.choice(VOCABS)), int(rng.integers(1, LAYERS_MAX + 1)))
 
 

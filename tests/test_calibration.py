@@ -301,12 +301,16 @@ def test_unknown_profile_and_roofline(tmp_path):
     rf = load_profile("roofline:a100", gpu_specs={"a100": (312e12, 2.0e12)})
     assert isinstance(rf, RooflineProfile)
     op = Op(OpKind.LINEAR1, b=4, l=2048, d=6144, mp=4)
-    # 2*8192*6144*4608 FLOPs at 0.7*312 TFLOP/s (compute-bound), plus 5 us launch
-    expect = 5e-6 + 2 * 8192 * 6144 * 4608 / (0.7 * 312e12)
+    # 2*8192*6144*4608 FLOPs at 312 TFLOP/s (compute-bound) times the learned slowdown of linear1
+    from trainsim.calibration.efficiency import load_roofline_table
+
+    table = load_roofline_table()
+    expect = 2 * 8192 * 6144 * 4608 / 312e12 * table["slowdowns"]["linear1:fwd"]
     assert rf.op_seconds([op], Direction.FWD)[0] == pytest.approx(expect)
     opt = Op(OpKind.OPTIMIZER_MIDDLE, d=1024, mp=1, layers=2)
     params = 2 * (4 * 1024 + 8 * 1024 * 1025 + 1024 * 4097)
-    assert rf.op_seconds([opt], Direction.UPDATE)[0] == pytest.approx(5e-6 + 32 * params / (0.8 * 2e12))
+    assert rf.op_seconds([opt], Direction.UPDATE)[0] == pytest.approx(
+        max(table["launch_s"], 32 * params / 2e12 * table["slowdowns"]["optimizer_middle:update"]))
     c = rf.collective_seconds([Collective(CollKind.P2P, 100, 2, 1), Collective(CollKind.P2P, 100, 1, 1)])
     assert math.isnan(c[0]) and c[1] == 0.0
 

@@ -248,16 +248,17 @@ def test_shipped_h200_profile_is_both_measured_tables_and_collectives_only():
     assert "compute" in meta and "not measured" in meta["compute"]
 
 
-def test_shipped_h200_profile_loads_and_refuses_operators(tmp_path):
+def test_shipped_h200_profile_has_measured_curves_and_transferred_operators():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # its data-quirk notes
-        prof = load_profile("h200-sxm-bf16", cache_dir=str(tmp_path))
+        prof = load_profile("h200-sxm-bf16")  # the shared cache: its operators come from the H100 fit
     report = prof.selection_report()
-    assert {(r["operator"], r["direction"]) for r in report} == {
-        (k, g) for k in ("all_reduce", "all_gather", "reduce_scatter") for g in ("1x2", "1x4")} | {("p2p", "1x2")}
-    assert {r["model"] for r in report} == {"curve"}
-    with pytest.raises(ConfigError, match=r"profile 'h200-sxm-bf16' has no samples for operator linear1 \(fwd\)"):
-        prof.op_seconds([Op(OpKind.LINEAR1, b=2, l=1024, d=2048, mp=1)], Direction.FWD)
+    colls = {(r["operator"], r["direction"]) for r in report if r["model"] == "curve"}
+    assert colls == {(k, g) for k in ("all_reduce", "all_gather", "reduce_scatter") for g in ("1x2", "1x4")} | {
+        ("p2p", "1x2")}
+    # no H200 operator samples: the H100's efficiencies on the H200's datasheet roofline
+    assert prof.manifest["compute_transfer_from"] == "h100-sxm-bf16" and prof.target.gpu == "h200"
+    assert prof.op_seconds([Op(OpKind.LINEAR1, b=2, l=1024, d=2048, mp=1)], Direction.FWD)[0] > 0
     t = prof.collective_seconds([Collective(CollKind.ALL_REDUCE, 2**29, 1, g) for g in (4, 8)])
     assert 3e-3 < t[0] < 6e-3 and math.isnan(t[1])  # 1 GiB over 4 GPUs: 4.65 ms measured; 1x8 never sampled
 

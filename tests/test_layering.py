@@ -15,7 +15,7 @@ HEAVY = {"simpy": {"sim"}, "torch": {"calibration"}, "sklearn": {"calibration"},
 ALLOWED_OWN = {
     "operators": {"operators"},
     "topology": {"topology", "operators"},
-    "calibration": {"calibration", "operators"},
+    "calibration": {"calibration", "operators", "topology"},  # the datasheet table prices efficiency models
     "sim": {"sim", "operators", "topology"},
     "scenarios": {"scenarios", "operators", "topology", "calibration", "sim", "trainsim"},
     "trainsim": {"scenarios", "operators", "topology", "calibration", "sim", "trainsim"},

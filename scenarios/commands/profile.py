@@ -56,8 +56,8 @@ def show_roofline(name: str, as_json: bool) -> None:
     specs = [GPU_PRESETS[gpu.lower()]] if gpu else list(GPU_PRESETS.values())
     profiles = [(g, RooflineProfile(f"roofline:{g.name}", g.peak_flops, g.mem_bw, g.peak_fp8)) for g in specs]
     ref = profiles[0][1]
-    what = ("analytic, from the GPU datasheet times learned efficiencies: an operator takes max(launch, FLOPs / "
-            "peak, bytes / bandwidth) x its slowdown, the median measured / roofline time of its largest shapes "
+    what = ("analytic, from the GPU datasheet times learned efficiencies: an operator takes max(launch, max(FLOPs / "
+            "peak, bytes / bandwidth) x its slowdown), the median measured / roofline time of its largest shapes "
             f"on {ref.learned_from} (calibration/profiles/roofline_efficiency.json); one slowdown per operator "
             "whatever the shape, so small shapes are priced too fast (transfer:<gpu> is shape-dependent); "
             "collectives use the topology's closed form; `roofline` takes the scenario's GPU, `roofline:<gpu>` "
@@ -70,12 +70,13 @@ def show_roofline(name: str, as_json: bool) -> None:
                              for g, p in profiles]})
         return
     print(f"profile {name}: roofline, the GPU datasheet times efficiencies learned on {ref.learned_from}")
-    print(f"  operator time = max({ref.launch_s * 1e6:.1f} us launch, FLOPs / peak, bytes / bandwidth) x slowdown")
+    print(f"  operator time = max({ref.launch_s * 1e6:.1f} us launch, max(FLOPs / peak, bytes / bandwidth) x slowdown)")
     print("  slowdown: per operator, the median measured / roofline time of its largest measured shapes; e.g. "
           + ", ".join(f"{k} {ref.slowdowns[k]:.2f}" for k in ("linear1:fwd", "flash_attn:fwd", "layernorm:fwd")
                       if k in ref.slowdowns))
     print("  one slowdown whatever the shape: small shapes run further from the bound and are priced too fast")
-    print("  collectives: the topology's closed form; `roofline` takes the scenario's GPU; `roofline:<gpu>` names one\n")
+    print("  collectives: the topology's closed form; `roofline` takes the scenario's GPU; "
+          "`roofline:<gpu>` names one\n")
     print(f"{'gpu':>16}  {'peak (dense fp16/bf16)':>22}  {'memory bandwidth':>16}  {'memory':>8}  {'ridge':>12}")
     for g, p in profiles:
         print(f"{g.name:>16}  {p.peak_flops / 1e12:>16.0f} TFLOP/s  {p.mem_bw / 1e12:>12.3f} TB/s  "
