@@ -65,10 +65,19 @@ KINDS = list(OpKind)
 OP_KEYS = [(k, d) for k in KINDS for d in directions(k)]
 
 
-def seconds(prof: FittedProfile, kind: OpKind, direction: Direction, batch: Sequence[Shape]) -> np.ndarray:
+def seconds(prof: FittedProfile, kind: OpKind, direction: Direction, batch: Sequence[Shape],
+            refusals: bool = False) -> np.ndarray:
+    """Prices of ``kind`` at every shape of ``batch``; a profile's refusal (ConfigError: an invalid
+    prediction) fails the test naming the batch, unless ``refusals`` lets it through."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ExtrapolationWarning)  # outside the sampled range on purpose
-        return prof.op_seconds([s.op(kind) for s in batch], direction)
+        try:
+            return prof.op_seconds([s.op(kind) for s in batch], direction)
+        except ConfigError as e:
+            if refusals:
+                raise
+            pytest.fail(f"profile {prof.name} ({prof.model}) refused {kind.value} {direction.value} at "
+                        f"{[s.op(kind) for s in batch]}: {e}")
 
 
 def _load(name: str, model: str | None = None) -> FittedProfile:
@@ -133,7 +142,7 @@ def test_every_operator_is_priced_finite_and_positive(profiles, model, batch):
 
 def test_a_transfer_without_fp8_refuses_fp8_gemms(profiles):
     with pytest.raises(ConfigError, match="FP8"):
-        seconds(profiles["transfer"], OpKind.FP8_LINEAR1, Direction.FWD, CORNERS[:1])
+        seconds(profiles["transfer"], OpKind.FP8_LINEAR1, Direction.FWD, CORNERS[:1], refusals=True)
 
 
 # ----------------------------------------------------------------------------- the hardware bound
