@@ -174,6 +174,10 @@ def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: st
                     f"(`trainsim profile show {name}` lists them)")
     msgs += closed_form_notes(scenario)
     msgs += above_bar_notes(model, plans)
+    target = getattr(model, "target", None)
+    if target is not None and getattr(target, "gpu", scenario.cluster.gpu.name) != scenario.cluster.gpu.name:
+        msgs.append(f"profile {getattr(model, 'name', '')} prices a {target.gpu}, the cluster has "
+                    f"{scenario.cluster.gpu.name} (MFU and memory are the cluster's; set cluster.gpu to match)")
     memory = memory_per_gpu(scenario.model, scenario.training, scenario.parallelism, plans)
     fit = fit_report(memory, scenario.cluster.gpu.mem_gib)
     if not fit.fits:

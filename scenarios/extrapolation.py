@@ -131,7 +131,8 @@ class Extrapolation:
             rest = len(lines) - (room - 1)
             lines = lines[:room - 1] + [f"  … and {rest} more (--json lists all)"]
         stage = f" (busiest stage {self.stage})" if self.stage is not None else ""
-        how = f"; profile.extrapolate: {self.mode}" if self.mode else ""
+        how = (f"; {self.mode}" if self.mode and " " in self.mode else
+               f"; profile.extrapolate: {self.mode}" if self.mode else "")
         head = (f"{PREFIX}: extrapolated: {percent(self.share)} of the iteration{stage} is priced outside the "
                 f"profile's sampled range ({len(self.records)} inputs{how}):")
         return [head, *lines]
@@ -300,6 +301,8 @@ def find_extrapolated(model: Any, plans: Sequence[StagePlan], costs: IterationCo
     regressors = getattr(model, "regressors", None)
     mode = getattr(model, "extrapolate", None)
     mode = mode if isinstance(mode, str) else None
+    if getattr(model, "model", None) == "efficiency":  # its operators hold the edge's efficiency
+        mode = "efficiency held at the edge"
     if not isinstance(regressors, Mapping) or not regressors or not costs.stages:
         return Extrapolation(mode=mode, messages=tuple(messages))
     m = costs.micro_batches
