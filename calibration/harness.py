@@ -95,6 +95,12 @@ class Env:
     # True forces them (the CPU tests run the bodies on CPU _scaled_mm), False refuses them
     fp8: bool | None = None
     notes: dict = field(default_factory=dict)  # implementation choices recorded into meta.json
+    # GPU time only (issue 9/12): before the timed runs a sleep kernel holds the GPU while the CPU
+    # queues them all, so each event pair brackets kernels alone, as in training, where the CPU runs
+    # ahead of the GPU; without it a launch-bound operator's events time its CPU launches. The host's
+    # own cost is priced separately (calibration.host_overhead). 0: the old protocol.
+    cpu_ahead: bool = False
+    sleep_cycles_per_ms: float = 0.0
 
     def randn(self, *shape: int, dtype=None, grad: bool = False, scale: float = 1.0):
         # drawn on the device itself: a CPU draw of a 2-billion-parameter optimizer state takes minutes
@@ -526,13 +532,20 @@ def time_bench(bench: Bench, env: Env, warmup: int = WARMUP, iters: int = ITERS)
     """Per-run durations in microseconds."""
     torch = env.torch
     cuda = env.device.type == "cuda"
+    launch_s = []
     for i in range(warmup):
         if bench.before:
             bench.before(i % bench.sets)
+        t0 = time.perf_counter()
         bench.run(i % bench.sets)
+        launch_s.append(time.perf_counter() - t0)  # the CPU's cost of queueing one run
     out: list[float] = []
     if cuda:
         torch.cuda.synchronize(env.device)
+        if env.cpu_ahead and env.sleep_cycles_per_ms > 0:
+            # long enough for the CPU to queue every timed run (1.5x its measured queueing time + 1 ms)
+            queue_ms = 1.5 * iters * (sorted(launch_s)[len(launch_s) // 2] if launch_s else 1e-3) * 1e3 + 1.0
+            torch.cuda._sleep(int(queue_ms * env.sleep_cycles_per_ms))
         events = []
         for i in range(iters):
             j = (warmup + i) % bench.sets
@@ -556,7 +569,7 @@ def time_bench(bench: Bench, env: Env, warmup: int = WARMUP, iters: int = ITERS)
     return out
 
 
-def make_env(device: str = "cuda", precision: str = "bf16", seed: int = 0) -> Env:
+def make_env(device: str = "cuda", precision: str = "bf16", seed: int = 0, cpu_ahead: bool = False) -> Env:
     """Check torch and the device, and return the benchmarking environment."""
     torch = import_torch()
     if device == "cuda":
@@ -574,7 +587,24 @@ def make_env(device: str = "cuda", precision: str = "bf16", seed: int = 0) -> En
     if precision not in dtypes:
         raise ConfigError("--precision", f"unknown precision {precision!r}; expected bf16 or fp16")
     gen = torch.Generator(device=dev).manual_seed(seed)
-    return Env(torch, dev, dtypes[precision], gen, l2_bytes=l2 or L2_BYTES_DEFAULT)
+    env = Env(torch, dev, dtypes[precision], gen, l2_bytes=l2 or L2_BYTES_DEFAULT, cpu_ahead=cpu_ahead)
+    if cpu_ahead and dev.type == "cuda":
+        env.sleep_cycles_per_ms = _sleep_rate(torch)
+        env.notes["timing"] = (f"GPU time only: a sleep kernel ({env.sleep_cycles_per_ms:.3g} cycles/ms) holds the GPU "
+                               f"while the CPU queues the timed runs")
+    return env
+
+
+def _sleep_rate(torch: Any) -> float:
+    """Cycles of ``torch.cuda._sleep`` per millisecond on this GPU (timed with CUDA events)."""
+    cycles = 20_000_000
+    torch.cuda._sleep(cycles // 10)  # warm
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    torch.cuda._sleep(cycles)
+    e.record()
+    e.synchronize()
+    return cycles / max(s.elapsed_time(e), 1e-3)
 
 
 def device_meta(env: Env, precision: str) -> dict:

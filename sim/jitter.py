@@ -244,41 +244,58 @@ def _pareto_tail(tail: tuple[float, float], u: float) -> float:
     return (max(u, 1e-300) / p) ** (-1.0 / alpha)
 
 
+#: What :meth:`RunJitter.comm_factor` keeps per (kind, tier): sigma and its stream's draw, the
+#: tail and its stream's draw (None where off).
+_CommEntry = tuple[float | None, Callable[[], float] | None, tuple[float, float] | None, Callable[[], float] | None]
+
+
 class RunJitter:
     """A :class:`Jitter` bound to one run: the run's streams and which ranks straggle (see module doc)."""
 
-    __slots__ = ("config", "streams", "stragglers", "_noise")
+    __slots__ = ("config", "streams", "stragglers", "_noise", "_comm", "_compute_on")
 
     def __init__(self, config: Jitter, streams: RunStreams) -> None:
         self.config = config
         self.streams = streams
         self.stragglers: dict[tuple[int, int], bool] = {}
         self._noise: dict[tuple[str, str], NormalStream] = {}  # (kind, tier) -> its stream
+        # (kind, tier) -> what its factor needs, made on first use (see _comm_entry)
+        self._comm: dict[tuple[str, str], _CommEntry] = {}
+        self._compute_on = config.compute.active
 
-    def comm_factor(self, kind: str, tier: str) -> float:
-        """Multiplier of one transfer's base duration: lognormal with mean 1, times the tail (1.0 when off)."""
+    def _comm_entry(self, kind: str, tier: str) -> _CommEntry:
+        """(sigma, its normal stream's draw, tail, the tail stream's draw) of (kind, tier); None where off."""
         config = self.config
         sigma = config._sigma.get((kind, tier))
-        f = 1.0
+        body = None
         if sigma is not None:
             stream = self._noise.get((kind, tier))
             if stream is None:
                 # str(): the key's repr seeds the stream, so enum members must not appear in it.
                 stream = self._noise[kind, tier] = self.streams.stream(("noise", str(kind), str(tier)))
-            f = _lognormal(sigma, stream.normal())
-        if config._tail:
-            tail = config._tail.get((kind, tier))
-            if tail is not None:
-                # Its own keyed stream: switching the tail on leaves the body's draws unchanged.
-                ts = self.streams.stream(("tail", str(kind), str(tier)))
-                f *= _pareto_tail(tail, 0.5 * math.erfc(-ts.normal() / math.sqrt(2.0)))
+            body = stream.normal
+        tail = config._tail.get((kind, tier)) if config._tail else None
+        # Its own keyed stream: switching the tail on leaves the body's draws unchanged.
+        tail_draw = self.streams.stream(("tail", str(kind), str(tier))).normal if tail is not None else None
+        return sigma, body, tail, tail_draw
+
+    def comm_factor(self, kind: str, tier: str) -> float:
+        """Multiplier of one transfer's base duration: lognormal with mean 1, times the tail (1.0 when off)."""
+        entry = self._comm.get((kind, tier))
+        if entry is None:
+            entry = self._comm[kind, tier] = self._comm_entry(kind, tier)
+        sigma, body, tail, tail_draw = entry
+        # _lognormal(sigma, z), inlined: the hot path of a jittered run
+        f = 1.0 if body is None else math.exp(sigma * body() - 0.5 * sigma * sigma)  # type: ignore[operator]
+        if tail_draw is not None:
+            f *= _pareto_tail(tail, 0.5 * math.erfc(-tail_draw() / math.sqrt(2.0)))  # type: ignore[arg-type]
         return f
 
     def compute_factor(self, stage: int, replica: int) -> float:
         """Multiplier of one compute timeout of (stage, replica): straggler slowdown times noise."""
-        cj = self.config.compute
-        if not cj.active:
+        if not self._compute_on:
             return 1.0
+        cj = self.config.compute
         f = 1.0
         if cj.straggler_probability > 0 and cj.straggler_slowdown > 1:
             key = (stage, replica)

@@ -14,6 +14,7 @@ of it seed the children).
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -22,23 +23,23 @@ StreamKey = tuple[object, ...]
 
 
 class NormalStream:
-    """Standard normals from one generator, drawn in blocks (a scalar draw costs ~1 us of overhead)."""
+    """Standard normals from one generator, drawn in blocks (a scalar draw costs ~1 us of overhead).
 
-    __slots__ = ("g", "buf", "i")
+    ``normal()`` is the ``__next__`` of a generator walking the blocks: one C-level call per draw.
+    """
+
+    __slots__ = ("g", "normal")
     BLOCK = 256
 
     def __init__(self, g: np.random.Generator) -> None:
         self.g = g
-        self.buf: list[float] = []
-        self.i = 0
+        self.normal: Callable[[], float] = _blocks(g, self.BLOCK).__next__
 
-    def normal(self) -> float:
-        if self.i >= len(self.buf):
-            self.buf = self.g.standard_normal(self.BLOCK).tolist()
-            self.i = 0
-        z = self.buf[self.i]
-        self.i += 1
-        return z
+
+def _blocks(g: np.random.Generator, block: int) -> Iterator[float]:
+    """``g``'s standard normals, ``block`` at a time (the next block drawn when one is used up)."""
+    while True:
+        yield from g.standard_normal(block).tolist()
 
 
 class RunStreams:

@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hf-tp", action="store_true",
                    help="sample the hf kinds at the Sobol point's tensor-parallel degree (one rank's shard "
                         "under PyTorch's DTensor plan) instead of whole on one GPU")
+    p.add_argument("--gpu-time", action="store_true",
+                   help="time the kernels alone: a sleep kernel holds the GPU while the CPU queues the timed runs "
+                        "(as in training, where the CPU runs ahead); default: each run's events also time its launches")
     p.add_argument("--box", choices=("paper", "broad"), default="paper",
                    help="paper: the paper's box (d to 8192, l to 5120, b to 16); broad: d to 16384, l to 32768, "
                         "b to 64, GQA, SwiGLU widths, vocabulary to 256k (Megatron, SwiGLU and FP8 kinds)")
@@ -118,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     from trainsim.scenarios.progress import Progress
 
     try:
-        env = make_env(args.device, args.precision, args.seed)
+        env = make_env(args.device, args.precision, args.seed, cpu_ahead=args.gpu_time)
     except TorchUnavailable as e:
         print(f"trainsim: error: {e}", file=sys.stderr)
         return 2
