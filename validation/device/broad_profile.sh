@@ -62,10 +62,12 @@ if [ "$GPU" = h200 ]; then
     timeout 240 python3 validation/train_gptneox.py --out "$W/measured_h200.csv" > "$W/train.log" 2>&1
     echo "train_gptneox exit $? at $(( $(date +%s) - t0 )) s: $(wc -l < "$W/measured_h200.csv") lines"
   fi
-  cal paper --ops all --points 96 --seed 0
-  cal fp8_swiglu --ops swiglu,fp8 --points 64 --seed 2
+  # a new profile: every kind timed on the GPU alone (--gpu-time, docs/efficiency.md)
+  cal paper --ops all --configs validation/configs.csv --points 96 --seed 0 --gpu-time
+  cal fp8_swiglu --ops swiglu,fp8 --points 64 --seed 2 --gpu-time
 fi
-cal broad --ops megatron,swiglu,fp8 --box broad --points "${BROAD_POINTS:-128}" --seed 5
+# the H100's broad samples were timed the old way (they are large, GPU-bound shapes); a new H200 profile's GPU-only
+cal broad --ops megatron,swiglu,fp8 --box broad --points "${BROAD_POINTS:-128}" --seed 5 $( [ "$GPU" = h200 ] && echo --gpu-time )
 mkdir -p "$R/$GPU" && cp -r "$W"/. "$R/$GPU/"
 
 python3 - "$W" <<'PY'
