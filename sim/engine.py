@@ -54,7 +54,7 @@ import simpy
 
 from trainsim.operators.errors import ConfigError
 from trainsim.operators.spec import Schedule
-from trainsim.sim import processes
+from trainsim.sim import processes, symmetry
 from trainsim.sim.build import Build, Tally, elaborate
 from trainsim.sim.costs import IterationCosts, mfu, model_flops
 from trainsim.sim.eq7 import eq7
@@ -148,9 +148,11 @@ def simulate(
     """
     ctx = build(costs, cluster, mode=mode, seed=seed, perturb=perturb, record=record, schedule=schedule,
                 options=options, overlap_dp=overlap_dp)
+    # one replica per stage when the others provably cannot differ (sim.symmetry; bit-identical)
+    ctx = symmetry.reduce(ctx)
     wall = run(ctx, progress)
     peak = peak_flops if peak_flops is not None else (cluster.gpu.peak_flops if cluster is not None else None)
-    return collect(ctx, wall, tokens_per_iteration=tokens_per_iteration, peak_flops=peak)
+    return collect(symmetry.expand(ctx), wall, tokens_per_iteration=tokens_per_iteration, peak_flops=peak)
 
 
 def build(

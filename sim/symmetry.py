@@ -37,13 +37,17 @@ The reduced run processes fewer SimPy events (:attr:`SimResult.events` is the co
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from trainsim.sim.build import Barrier, Build, StageSync, Tally
 from trainsim.sim.routes import Rates, Routes
 
 __all__ = ["Plan", "expand", "isomorphic_replicas", "plan", "reduce"]
+
+#: A link id (a :class:`topology.links.LinkId` in a run; any hashable in tests).
+L = TypeVar("L", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -70,8 +74,8 @@ def _own_routes(routes: Routes, replica: int) -> list[Rates]:
     return out
 
 
-def isomorphic_replicas(own: list[list[Mapping[str, float]]], shared: Iterable[Mapping[str, float]],
-                        capacity: Mapping[str, float], tier: Mapping[str, object] | None = None) -> bool:
+def isomorphic_replicas(own: Sequence[Sequence[Mapping[L, float]]], shared: Iterable[Mapping[L, float]],
+                        capacity: Mapping[L, float], tier: Mapping[L, object] | None = None) -> bool:
     """Whether replicas whose own routes are ``own[r]`` (lists of link -> rate, in one order for every
     replica) are isomorphic to replica 0, with ``shared`` routes (flows over several replicas'
     links, e.g. DP collectives) symmetric under the same link bijections (see module doc).
@@ -80,20 +84,20 @@ def isomorphic_replicas(own: list[list[Mapping[str, float]]], shared: Iterable[M
     """
     if not own:
         return True
-    owner: dict[str, int] = {}
+    owner: dict[L, int] = {}
     for r, routes in enumerate(own):
         for rates in routes:
             for e in rates:
                 if owner.setdefault(e, r) != r:
                     return False  # a link on two replicas' own routes
     base = own[0]
-    maps: list[dict[str, str]] = [{}]
+    maps: list[dict[L, L]] = [{}]
     for r in range(1, len(own)):
         mine = own[r]
         if len(mine) != len(base):
             return False
-        phi: dict[str, str] = {}
-        image: set[str] = set()  # membership only
+        phi: dict[L, L] = {}
+        image: set[L] = set()  # membership only
         for a, b in zip(base, mine, strict=True):
             if len(a) != len(b):
                 return False
@@ -113,11 +117,11 @@ def isomorphic_replicas(own: list[list[Mapping[str, float]]], shared: Iterable[M
         maps.append(phi)
     for rates in shared:
         on0 = {e: w for e, w in rates.items() if owner.get(e) == 0}
-        per: list[dict[str, float]] = [{} for _ in own]
+        per: list[dict[L, float]] = [{} for _ in own]
         for e, w in rates.items():
-            r = owner.get(e)
-            if r is not None:
-                per[r][e] = w
+            o = owner.get(e)
+            if o is not None:
+                per[o][e] = w
         for r in range(1, len(own)):
             phi = maps[r]
             if len(per[r]) != len(on0):
@@ -140,7 +144,7 @@ def plan(ctx: Build) -> Plan | None:
     if routes is not None:
         own = [_own_routes(routes, r) for r in range(dp)]
         shared = [*routes.dp_ar.values(), *routes.dp_ag.values()]
-        tiers = {e: getattr(e, "tier", None) for routes_r in own for rates in routes_r for e in rates}
+        tiers = {e: e.tier for routes_r in own for rates in routes_r for e in rates}
         if not isomorphic_replicas(own, shared, routes.capacities, tiers):
             return None
     elif ctx.opts.contention:

@@ -134,7 +134,7 @@ def test_import_trainsim_is_light():
 def test_simulation_progress_reports_simulated_time_and_changes_nothing(small, monkeypatch):
     import trainsim.sim.engine as engine
 
-    monkeypatch.setattr(engine, "PROGRESS_EVERY", 97)  # many reports on a small run
+    monkeypatch.setattr(engine, "PROGRESS_EVERY", 11)  # many reports on a small run (one replica per stage)
     seen: list[float] = []
     with_progress = trainsim.simulate(small, progress=seen.append).result
     plain = trainsim.simulate(small).result

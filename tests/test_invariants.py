@@ -165,8 +165,10 @@ def _check_bound(prof: FittedProfile, batch: Sequence[Shape]) -> None:
             assert t[i] * (1 + ROUNDING) >= bound[i], (
                 f"{what}: {t[i] * 1e6:.3f} us, faster than its FLOPs at the {target.gpu}'s peak at its maximum "
                 f"clock ({bound[i] * 1e6:.3f} us, {t[i] / bound[i]:.3f}x)")
-            assert t[i] * (1 + ROUNDING) >= target.launch_s, (
-                f"{what}: {t[i] * 1e6:.3f} us, under the launch floor {target.launch_s * 1e6:.2f} us")
+            # a kernel's GPU time is at least a microsecond (1.3 us measured for an empty backward,
+            # validation/gpu_time_hf_h100/ab_megatron.txt); the roofline's launch term (14 us, timed with
+            # the launch) is a reference, not a bound, since GPU-only samples (--gpu-time) run under it
+            assert t[i] * (1 + ROUNDING) >= 1e-6, f"{what}: {t[i] * 1e6:.3f} us, under a microsecond"
 
 
 @pytest.mark.parametrize("model", ["efficiency", "transfer"])

@@ -106,8 +106,9 @@ def test_build_run_collect_is_simulate(layout):
     processes.start(ctx)
     ctx.env.run(until=ctx.finished.event)
     r = collect(ctx, 0.0)
-    ref = simulate(costs, cl)
-    assert (r.iteration_s, r.events, r.exposed, r.critical) == (ref.iteration_s, ref.events, ref.exposed, ref.critical)
+    ref = simulate(costs, cl)  # one replica per stage where symmetric (sim.symmetry): fewer events, same answer
+    assert (r.iteration_s, r.exposed, r.critical) == (ref.iteration_s, ref.exposed, ref.critical)
+    assert ref.events <= r.events
 
 
 def test_stage_critical(layout):
@@ -137,7 +138,8 @@ def test_record_subset_keeps_exactly_those_tracks(chunks):
     keep = {(s, r) for s, r in enumerate(plain.stage_critical)} | {(1, 5)}
     part = simulate(costs, cl, record=keep)
     assert part.iteration_s == plain.iteration_s == everything.iteration_s
-    assert part.events == plain.events and part.exposed == plain.exposed
+    # recording a replica other than 0 runs every replica (sim.symmetry); the plain run may run one
+    assert part.events >= plain.events and part.exposed == plain.exposed
     assert plain.replicas_recorded == 0 and len(plain.spans) == 0
     assert everything.replicas_recorded == 32 and part.replicas_recorded == len(keep)
     replica_tracks = {f"stage {s} replica {r}" for s, r in keep}
