@@ -24,8 +24,10 @@ Congestion is its own source: an episode slows every kind of traffic on its link
 
 from __future__ import annotations
 
+import itertools
 import math
 import multiprocessing
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -168,9 +170,10 @@ def _execute(tasks: list[tuple[Jitter | None, list[int]]], *, simulate: Callable
     return out
 
 
-#: What forked workers run: (simulate, costs, cluster, mode, tasks); set only while a fork pool runs.
-_FORKED: tuple[Callable[..., Any], IterationCosts, ClusterSpec, str,
-               list[tuple[Jitter | None, list[int]]]] | None = None
+#: What forked workers run, per pool: (simulate, costs, cluster, mode, tasks); an entry lives as long as its pool.
+_FORKED: dict[int, tuple[Callable[..., Any], IterationCosts, ClusterSpec, str,
+                         list[tuple[Jitter | None, list[int]]]]] = {}
+_POOLS = itertools.count()
 
 
 def _can_fork() -> bool:
@@ -179,10 +182,15 @@ def _can_fork() -> bool:
             and not multiprocessing.current_process().daemon)
 
 
-def _forked_chunk(i: int) -> np.ndarray:
-    """Task ``i`` of the pool's payload, in a forked worker (which inherited :data:`_FORKED`)."""
-    assert _FORKED is not None
-    simulate, costs, cluster, mode, tasks = _FORKED
+def _forked_init() -> None:
+    """A forked worker's own stderr (the same file): the parent's stream object may have been mid-write
+    on another thread (a progress heartbeat) at the fork, its lock held for good in this copy."""
+    sys.stderr = open(os.dup(2), "w", buffering=1)  # lives as long as the worker
+
+
+def _forked_chunk(pool: int, i: int) -> np.ndarray:
+    """Task ``i`` of pool ``pool``'s payload, in a forked worker (which inherited :data:`_FORKED`)."""
+    simulate, costs, cluster, mode, tasks = _FORKED[pool]
     jit, seeds = tasks[i]
     return _run_chunk(simulate, costs, cluster, jit, seeds, mode)
 
@@ -193,20 +201,21 @@ def _execute_forked(tasks: list[tuple[Jitter | None, list[int]]], simulate: Call
     """The joblib backend's work on ``jobs`` forked processes: the payload is inherited, not pickled
     (only task indices go out and rows come back), and nothing is imported again. Results in task
     order, ``done`` after each in that order, as joblib's ordered generator gives them."""
-    global _FORKED
     from concurrent.futures import ProcessPoolExecutor
 
-    _FORKED = (simulate, costs, cluster, mode, tasks)
-    ex = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("fork"))
+    pool = next(_POOLS)
+    _FORKED[pool] = (simulate, costs, cluster, mode, tasks)
+    ex = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("fork"),
+                             initializer=_forked_init)
     try:
         out = []
-        for (_, seeds), res in zip(tasks, ex.map(_forked_chunk, range(len(tasks))), strict=True):
+        for (_, seeds), res in zip(tasks, ex.map(_forked_chunk, [pool] * len(tasks), range(len(tasks))), strict=True):
             out.append(res)
             done(len(seeds))
         return out
     finally:
         ex.shutdown(wait=True, cancel_futures=True)
-        _FORKED = None
+        del _FORKED[pool]
 
 
 def _execute_dask(tasks: list[tuple[Jitter | None, list[int]]], simulate: Callable[..., Any],
