@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from trainsim.calibration.efficiency import Roofline, gpu_of_samples, measured_launch_s
+from trainsim.calibration.grids import FAST_CANDIDATES
 from trainsim.calibration.profile import SHIPPED_DIR, ExtrapolationWarning, fit_profile
 from trainsim.calibration.samples import load_sample_dir
-from trainsim.calibration.select import FAST_CANDIDATES
 from trainsim.operators.ops import OpKind
 
 QUANTILE = 0.9

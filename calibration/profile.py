@@ -616,8 +616,18 @@ def _cache_valid(path: Path, hash_: str, random_state: int, collective_model: st
             # a manifest from before the flag was unconstrained: still valid for a reference
             # profile, refitted for a sample directory
             and m.get("monotone", False) == monotone and m.get("model", "duration") == model
-            and m.get("candidates", "paper") == candidates
+            and m.get("candidates", "paper") == _grid_tag(candidates)
             and (gpu is None or _roofline_current(m.get("roofline"), gpu)) and (path / ARRAYS_FILE).exists())
+
+
+def _grid_tag(candidates: str) -> str:
+    """The manifest's name of a candidate grid: "paper", or "fast-<hash of its parameters>" (a changed
+    grid refits the caches fitted with the old one)."""
+    if candidates != "fast":
+        return candidates
+    from trainsim.calibration.grids import FAST_CANDIDATES
+
+    return "fast-" + hashlib.sha256(repr(FAST_CANDIDATES).encode()).hexdigest()[:8]
 
 
 def _roofline_current(record: Any, gpu: str) -> bool:
@@ -636,7 +646,7 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
                 monotone: bool = False, model: str = "duration", gpu: str | None = None,
                 launch_s: float | None = None, candidates: str = "paper") -> FittedProfile:
     """Load the cached fit or fit and cache it (``candidates``: "paper", select.DEFAULT_CANDIDATES, or
-    "fast", select.FAST_CANDIDATES). ``model="efficiency"`` needs ``gpu`` (a
+    "fast", grids.FAST_CANDIDATES). ``model="efficiency"`` needs ``gpu`` (a
     topology preset); its launch floor is ``launch_s``, else the fastest sample."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[-60:]
     tag = "-eff" if model == "efficiency" else ""
@@ -663,11 +673,12 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
         roofline = Roofline.for_gpu(gpu, launch_s)
     grid = None
     if candidates == "fast":
-        from trainsim.calibration.select import FAST_CANDIDATES
+        from trainsim.calibration.grids import FAST_CANDIDATES
 
         grid = FAST_CANDIDATES
     prof = fit_profile(name, compute, colls, random_state, progress=progress, on_total=on_total, candidates=grid,
-                       manifest={"data_hash": hash_, "source": source, "quirks": quirks, "candidates": candidates},
+                       manifest={"data_hash": hash_, "source": source, "quirks": quirks,
+                                 "candidates": _grid_tag(candidates)},
                        collective_model=collective_model, monotone=monotone, model=model, roofline=roofline)
     try:
         prof.save(path)

@@ -51,16 +51,7 @@ DEFAULT_CANDIDATES: tuple[tuple[str, dict], ...] = (
                  "colsample_bytree": 1.0, "min_child_weight": 1}),
 )
 
-#: The measured profiles' grid (sample directories; the reference profiles keep the grid above, which
-#: the paper's reproduction was fitted with). A smaller forest and a shorter, faster-learning boost:
-#: over the 75 h100-sxm-bf16 operator regressors, on efficiency targets, the best of these two has a
-#: mean validation MAPE of 8.95 % against 8.64 % for the best of the four above, at a quarter of the
-#: fitting time (docs/benchmarks.md "Profiles"): what makes a cold fit of a whole profile ~10 s.
-FAST_CANDIDATES: tuple[tuple[str, dict], ...] = (
-    ("rforest", {"n_estimators": 20, "max_features": None, "min_samples_leaf": 2, "max_depth": 24}),
-    ("xgboost", {"n_estimators": 100, "max_depth": 6, "learning_rate": 0.3, "subsample": 0.8,
-                 "colsample_bytree": 1.0, "min_child_weight": 1}),
-)
+from trainsim.calibration.grids import FAST_CANDIDATES  # noqa: E402,F401 - the measured profiles' grid
 
 MIN_SAMPLES_FOR_SPLIT = 10  # below this the 20% holds too few rows to rank candidates
 
