@@ -75,6 +75,10 @@ class Roofline:
 
     def seconds(self, op: Op, direction: Direction) -> float:
         """``max(launch, flops / peak, bytes / mem_bw)`` of one operator."""
+        return max(self.launch_s, self.work_seconds(op, direction))
+
+    def work_seconds(self, op: Op, direction: Direction) -> float:
+        """``max(flops / peak, bytes / mem_bw)``: the bound without the launch floor."""
         if op.kind in FP8_GEMMS:
             if self.peak_fp8 <= 0:
                 raise ConfigError("profile", f"GPU {self.gpu} has no FP8 tensor cores (its datasheet states no "
@@ -82,7 +86,7 @@ class Roofline:
             peak = self.peak_fp8
         else:
             peak = self.peak_flops
-        return max(self.launch_s, flops(op, direction) / peak, bytes_moved(op, direction) / self.mem_bw)
+        return max(flops(op, direction) / peak, bytes_moved(op, direction) / self.mem_bw)
 
     def seconds_of(self, ops: Sequence[Op], direction: Direction) -> np.ndarray:
         return np.array([self.seconds(op, direction) for op in ops], dtype=np.float64)
@@ -113,13 +117,28 @@ def measured_launch_s(sample_dir: Path) -> float | None:
     return value
 
 
-def gpu_of_samples(meta: dict, where: str) -> str:
-    """The GPU preset a sample directory was measured on, from its ``meta.json`` ``gpu`` name."""
+def launch_floor_s(compute: Sequence, measured: float | None = None) -> float:
+    """The launch floor of a profile: the measured one (:func:`measured_launch_s`), else its fastest sample."""
+    if measured is not None:
+        return measured
+    if not compute:
+        raise ConfigError("profile", "an efficiency profile needs operator samples")
+    return min(s.duration_us for s in compute) * 1e-6
+
+
+def gpu_for_meta(meta: dict) -> str | None:
+    """The GPU preset a sample directory was measured on (its ``meta.json`` ``gpu`` name), or None."""
     from trainsim.topology.hardware import gpu_for_device_name
 
     name = meta.get("gpu")
-    gpu = gpu_for_device_name(name) if isinstance(name, str) else None
+    return gpu_for_device_name(name) if isinstance(name, str) else None
+
+
+def gpu_of_samples(meta: dict, where: str) -> str:
+    """:func:`gpu_for_meta`, or one clear error naming ``where``."""
+    gpu = gpu_for_meta(meta)
     if gpu is None:
+        name = meta.get("gpu")
         raise ConfigError(where, f"meta.json names GPU {name!r}, which has no datasheet preset: "
                                  f"profile.model efficiency needs its peaks (use profile.model: duration)")
     return gpu
@@ -170,7 +189,7 @@ def write_roofline_table(source: str = "h100-sxm-bf16", path: Path = ROOFLINE_TA
     root = Path(__file__).resolve().parent / "profiles" / source
     samples = load_sample_dir(root)
     gpu = gpu_of_samples(samples.meta, str(root))
-    launch = measured_launch_s(root) or min(s.duration_us for s in samples.compute) * 1e-6
+    launch = launch_floor_s(samples.compute, measured_launch_s(root))
     roofline = Roofline.for_gpu(gpu, launch)
     table = {"source": source, "gpu": gpu, "data_hash": data_hash([root / COMPUTE_FILE], root)[:16],
              "rule": f"median of measured / roofline time over the top {LARGE_FRACTION:.0%} of each operator's "

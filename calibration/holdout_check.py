@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainsim.calibration.efficiency import Roofline, gpu_of_samples, measured_launch_s
+from trainsim.calibration.efficiency import Roofline, gpu_of_samples, launch_floor_s, measured_launch_s
 from trainsim.calibration.grids import FAST_CANDIDATES
 from trainsim.calibration.profile import SHIPPED_DIR, ExtrapolationWarning, fit_profile
 from trainsim.calibration.samples import load_sample_dir
@@ -51,7 +51,7 @@ def run(name: str = "h100-sxm-bf16") -> dict:
     samples = load_sample_dir(root)
     fit, held = split(samples.compute)
     gpu = gpu_of_samples(samples.meta, str(root))
-    launch = measured_launch_s(root) or min(s.duration_us for s in samples.compute) * 1e-6
+    launch = launch_floor_s(samples.compute, measured_launch_s(root))
     roofline = Roofline.for_gpu(gpu, launch)
     out: dict = {"profile": name, "fitted": len(fit), "withheld": len(held), "operators": {}}
     errors: dict[str, list[float]] = {"efficiency": [], "duration": []}

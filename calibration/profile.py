@@ -42,7 +42,9 @@ from trainsim.calibration.efficiency import (
     LAUNCH_FILE,
     REFERENCE_GPUS,
     Roofline,
+    gpu_for_meta,
     gpu_of_samples,
+    launch_floor_s,
     measured_launch_s,
 )
 from trainsim.calibration.forest import TreeEnsemble
@@ -666,11 +668,7 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
     if model == "efficiency":
         if gpu is None:
             raise ValueError("an efficiency profile needs its GPU")
-        if launch_s is None:
-            if not compute:
-                raise ConfigError(source, "profile.model efficiency needs operator samples")
-            launch_s = min(s.duration_us for s in compute) * 1e-6
-        roofline = Roofline.for_gpu(gpu, launch_s)
+        roofline = Roofline.for_gpu(gpu, launch_floor_s(compute, launch_s))
     grid = None
     if candidates == "fast":
         from trainsim.calibration.grids import FAST_CANDIDATES
@@ -733,13 +731,6 @@ class _Merged(Mapping[str, Regressor]):
 #: the measured profile a ``transfer:<gpu>`` profile takes its efficiencies from
 TRANSFER_SOURCE = "h100-sxm-bf16"
 MODELS = ("duration", "efficiency")
-
-
-def _known_gpu(meta: dict) -> bool:
-    from trainsim.topology.hardware import gpu_for_device_name
-
-    name = meta.get("gpu")
-    return isinstance(name, str) and gpu_for_device_name(name) is not None
 
 
 def default_model(name: str) -> str:
@@ -826,7 +817,7 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
         fitted_model = model if (path / COMPUTE_FILE).exists() else "duration"  # collectives only: no roofline
         if fitted_model == "efficiency":
             meta = read_meta(path / META_FILE) if (path / META_FILE).is_file() else {}
-            if auto and not _known_gpu(meta):
+            if auto and gpu_for_meta(meta) is None:
                 fitted_model = "duration"  # samples of a GPU without datasheet peaks: no roofline to scale
             else:
                 gpu = gpu_of_samples(meta, str(path / META_FILE))

@@ -19,7 +19,7 @@ import numpy as np
 
 from trainsim.calibration.efficiency import Roofline, load_roofline_table
 from trainsim.operators.errors import ConfigError, require_positive
-from trainsim.operators.ops import Collective, Direction, Op, bytes_moved, flops
+from trainsim.operators.ops import Collective, Direction, Op
 
 
 class RooflineProfile:
@@ -70,10 +70,7 @@ class RooflineProfile:
                 raise ConfigError("profile", f"roofline profile '{self.name}': the GPU has no FP8 rate on its "
                                              f"datasheet; training.precision fp8 needs a GPU with FP8 tensor cores")
             # the slowdown is that of large shapes: it scales the work's bound, not the launch floor
-            work = max(flops(op, direction) / (self.bound.peak_fp8 if op.kind.value.startswith("fp8_linear")
-                                               else self.bound.peak_flops),
-                       bytes_moved(op, direction) / self.bound.mem_bw)
-            out[i] = max(self.bound.launch_s, work * slowdown)
+            out[i] = max(self.bound.launch_s, self.bound.work_seconds(op, direction) * slowdown)
         return out
 
     def collective_seconds(self, colls: Sequence[Collective]) -> np.ndarray:

@@ -41,6 +41,8 @@ from sklearn.model_selection import train_test_split
 from sklearn.utils.validation import check_array, check_is_fitted, check_X_y
 from xgboost import XGBRegressor
 
+from trainsim.calibration.grids import FAST_CANDIDATES  # noqa: F401 - the measured profiles' grid, re-exported
+
 #: (family, hyper-parameters). Families: "rforest", "xgboost".
 DEFAULT_CANDIDATES: tuple[tuple[str, dict], ...] = (
     ("rforest", {"n_estimators": 40, "max_features": None, "min_samples_leaf": 2, "max_depth": 24}),
@@ -50,8 +52,6 @@ DEFAULT_CANDIDATES: tuple[tuple[str, dict], ...] = (
     ("xgboost", {"n_estimators": 300, "max_depth": 4, "learning_rate": 0.2, "subsample": 0.8,
                  "colsample_bytree": 1.0, "min_child_weight": 1}),
 )
-
-from trainsim.calibration.grids import FAST_CANDIDATES  # noqa: E402,F401 - the measured profiles' grid
 
 MIN_SAMPLES_FOR_SPLIT = 10  # below this the 20% holds too few rows to rank candidates
 

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from trainsim.operators import ConfigError, DurationModel, StagePlan, build_stage_plans
 from trainsim.operators.memory import MemoryEstimate, MemoryFit, fit_report, memory_per_gpu
-from trainsim.scenarios.extrapolation import Extrapolation, find_extrapolated
+from trainsim.operators.ops import Direction
+from trainsim.scenarios.extrapolation import Extrapolation, find_extrapolated, stage_ops
 from trainsim.scenarios.schema import Scenario
 from trainsim.sim.costs import IterationCosts, build_costs
 from trainsim.sim.eq7 import Eq7Result, eq7
@@ -50,7 +51,7 @@ def duration_model(scenario: Scenario, reference_data: str | None = None,
         # cheap to build, and a plain "roofline" depends on the scenario's GPU: never cached
         return RooflineProfile(f"roofline:{gpu.name}", peak_flops=gpu.peak_flops, mem_bw=gpu.mem_bw,
                                peak_fp8=gpu.peak_fp8)
-    regressors = scenario.profile.regressor_model
+    regressors = scenario.profile.model  # None: the loader's default (calibration.profile.default_model)
     key = (name, ref, cache_dir, regressors)
     if key not in _PROFILE_CACHE:
         from trainsim.calibration import load_profile
@@ -197,11 +198,8 @@ def above_bar_notes(model: DurationModel, plans: tuple[StagePlan, ...] | list[St
         return []
     from trainsim.calibration.profile import VALIDATION_BAR_PCT
 
-    used = {}
-    for plan in plans:
-        for direction, ocs in (("fwd", plan.forward), ("bwd", plan.backward), ("fwd", plan.recompute)):
-            for oc in ocs:
-                used[f"op:{oc.op.kind.value}:{direction}"] = None
+    used = {f"op:{op.kind.value}:{d.value}": None for plan in plans for op, d, _ in stage_ops(plan, 1)
+            if d is not Direction.UPDATE}  # the per-micro-batch operators
     bad = []
     for key in used:
         if key in regressors:

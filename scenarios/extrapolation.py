@@ -239,7 +239,7 @@ def _collective_groups(p: StagePlan, sc: StageCost, plans: Sequence[StagePlan], 
     return [g for g in out if g[1]]
 
 
-def _stage_ops(p: StagePlan, m: int) -> list[tuple[Op, Direction, float]]:
+def stage_ops(p: StagePlan, m: int) -> list[tuple[Op, Direction, float]]:
     """(operator, direction, calls per iteration) of one stage: per micro-batch work m times."""
     out = [(oc.op, Direction.FWD, float(oc.count * m)) for oc in (*p.forward, *p.recompute)]
     out += [(oc.op, Direction.BWD, float(oc.count * m)) for oc in p.backward]
@@ -326,7 +326,7 @@ def find_extrapolated(model: Any, plans: Sequence[StagePlan], costs: IterationCo
 
     for p, sc in zip(plans, costs.stages, strict=False):
         here = p.index == busiest
-        for op, direction, calls in _stage_ops(p, m):
+        for op, direction, calls in stage_ops(p, m):
             found = _op_use(op, direction, regressors)
             if found is None:
                 continue

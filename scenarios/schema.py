@@ -55,11 +55,6 @@ class ProfileSpec:
     model: str | None = None
 
     @property
-    def regressor_model(self) -> str | None:
-        """``model`` as given; None lets the profile loader choose (calibration.profile.default_model)."""
-        return self.model
-
-    @property
     def extrapolation(self) -> str:
         if self.extrapolate is not None:
             return self.extrapolate

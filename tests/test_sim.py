@@ -1,16 +1,14 @@
 """The simulation: golden timelines, Eq. 7 as the ideal special case, contention, hooks, outputs."""
 
 import json
-import math
 
-import numpy as np
 import pytest
+from analytic_model import Analytic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainsim.operators import ModelSpec, Parallelism, TrainingSpec, build_stage_plans
 from trainsim.operators.errors import ConfigError
-from trainsim.operators.ops import bytes_moved, flops
 from trainsim.scenarios.plots import plot_breakdown, plot_timeline
 from trainsim.scenarios.trace import write_chrome_trace
 from trainsim.sim.compare import CAUSES, compare
@@ -178,14 +176,6 @@ def test_perturb_hook_and_determinism():
 
 # -- realistic runs on real stage plans -------------------------------------------------------------------
 
-class Analytic:
-    name = "analytic"
-
-    def op_seconds(self, ops, direction):
-        return np.array([flops(o, direction) / 150e12 + bytes_moved(o, direction) / 1.5e12 for o in ops])
-
-    def collective_seconds(self, colls):
-        return np.full(len(colls), math.nan)  # closed form
 
 
 @pytest.fixture(scope="module")

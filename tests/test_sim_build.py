@@ -2,16 +2,15 @@
 per-run random streams, the resource estimate."""
 
 import json
-import math
 import pickle
 
 import numpy as np
 import pytest
+from analytic_model import Analytic
 
 import trainsim.sim.jitter as jitter_module
 from trainsim.operators import ModelSpec, Parallelism, TrainingSpec, build_stage_plans
 from trainsim.operators.errors import ConfigError
-from trainsim.operators.ops import bytes_moved, flops
 from trainsim.sim import processes
 from trainsim.sim.costs import IterationCosts, build_costs, mfu, model_flops
 from trainsim.sim.engine import EXPOSED_KINDS, SimMode, TrafficKind, build, collect, simulate
@@ -20,17 +19,6 @@ from trainsim.sim.jitter_config import parse_jitter
 from trainsim.sim.record import SpanLog
 from trainsim.sim.schedule import StepKind, one_f_one_b
 from trainsim.topology import LinkId, LinkModel, LinkTier, Placement, build_graph, get_cluster
-
-
-class Analytic:
-    name = "analytic"
-
-    def op_seconds(self, ops, direction):
-        return np.array([flops(o, direction) / 150e12 + bytes_moved(o, direction) / 1.5e12 for o in ops])
-
-    def collective_seconds(self, colls):
-        return np.full(len(colls), math.nan)  # closed form
-
 
 GPT20B = ModelSpec("gpt-20b", hidden=6144, heads=64, layers=44, seq_len=2048, fwd_mp_syncs=1, bwd_mp_syncs=2)
 

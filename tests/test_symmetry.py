@@ -2,16 +2,14 @@
 stage giving the full simulation's answer to the bit wherever the guard accepts a layout."""
 
 import dataclasses
-import math
 
-import numpy as np
 import pytest
+from analytic_model import Analytic
 from hypothesis import Phase, assume, given, settings
 from hypothesis import strategies as st
 
 from trainsim.operators import Attention, ModelSpec, Parallelism, TrainingSpec, build_stage_plans
 from trainsim.operators.errors import ConfigError
-from trainsim.operators.ops import bytes_moved, flops
 from trainsim.sim import symmetry
 from trainsim.sim.costs import IterationCosts, build_costs
 from trainsim.sim.engine import SimOptions, build, collect, run
@@ -19,17 +17,6 @@ from trainsim.sim.jitter_config import parse_jitter
 from trainsim.sim.routes import build_routes
 from trainsim.sim.symmetry import isomorphic_replicas
 from trainsim.topology import get_cluster
-
-
-class Analytic:
-    name = "analytic"
-
-    def op_seconds(self, ops, direction):
-        return np.array([flops(o, direction) / 150e12 + bytes_moved(o, direction) / 1.5e12 for o in ops])
-
-    def collective_seconds(self, colls):
-        return np.full(len(colls), math.nan)  # closed form
-
 
 GPT = ModelSpec("gpt-20b", hidden=6144, heads=64, layers=48, seq_len=2048, fwd_mp_syncs=1, bwd_mp_syncs=2)
 GPT_FLASH = dataclasses.replace(GPT, attention=Attention.FLASH)  # context parallelism needs it
