@@ -38,6 +38,7 @@ import json
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from trainsim.operators.errors import ConfigError
 
@@ -56,30 +57,52 @@ def runtime_of(layout: str) -> str | None:
     return "eager"
 
 
-def fit_host_overhead(rows: Iterable[dict[str, str]]) -> dict[str, dict[str, float | str | int]]:
-    """Per runtime: ``per_iteration_s``, ``per_layer_s``, ``overlap``, ``rows`` (see the module doc)."""
+def fit_host_overhead(rows: Iterable[dict[str, str]]) -> dict[str, dict[str, Any]]:
+    """Per runtime: ``per_iteration_s``, ``per_layer_s``, ``overlap``, ``rows``, ``leases`` and each
+    lease's ``lease_factors`` (see the module doc).
+
+    A row's ``lease`` (the machine it ran on; default ``"?"``) is a machine whose host runs at its
+    own speed: time = factor(lease) * (per_iteration_s + per_layer_s * layers * micro_batches).
+    Alternating least squares fits the line on the rows scaled by their lease's factor (every
+    lease weighing the same, however many rows it has) and each factor on its lease's rows; the
+    factors are normalised to a geometric mean of 1, so the line is the machine kind's typical
+    host and a lease measured at one shape only still counts, through its factor.
+    """
     import numpy as np
 
-    groups: dict[str, list[tuple[float, float]]] = {}
+    groups: dict[str, list[tuple[float, float, str]]] = {}
     for r in rows:
         rt = runtime_of(r["layout"])
         if rt is None:
             continue
         lm = float(r["layers"]) * float(r["micro_batches"])
-        groups.setdefault(rt, []).append((lm, float(r["min_s"])))
-    out: dict[str, dict[str, float | str | int]] = {}
+        groups.setdefault(rt, []).append((lm, float(r["min_s"]), r.get("lease") or "?"))
+    out: dict[str, dict[str, Any]] = {}
     for rt, pts in sorted(groups.items()):
         x = np.array([p[0] for p in pts])
         y = np.array([p[1] for p in pts])
+        lease = [p[2] for p in pts]
         if len(set(x.tolist())) < 2:
             raise ConfigError("host overhead", f"runtime {rt}: needs rows with at least two layers x micro-batches")
-        slope, intercept = np.polyfit(x, y, 1)
+        names = sorted(set(lease))
+        idx = np.array([names.index(n) for n in lease])
+        w = np.array([1.0 / lease.count(n) for n in lease])
+        f = np.ones(len(names))
+        for _ in range(50):
+            slope, intercept = np.polyfit(x, y / f[idx], 1, w=np.sqrt(w))  # polyfit squares its weights
+            line = intercept + slope * x
+            f = np.array([(y[idx == k] * line[idx == k]).sum() / (line[idx == k] ** 2).sum()
+                          for k in range(len(names))])
+            f /= np.exp(np.log(f).mean())
+        slope, intercept = np.polyfit(x, y / f[idx], 1, w=np.sqrt(w))
         if not slope > 0:
             raise ConfigError("host overhead", f"runtime {rt}: host time does not grow with the layers ({slope:g})")
+        fitted = f[idx] * (intercept + slope * x)
         # A negative intercept is measurement noise around zero fixed cost: reported, and 0 used.
         out[rt] = {"per_layer_s": float(slope), "per_iteration_s": float(max(intercept, 0.0)),
                    "fitted_intercept_s": float(intercept), "overlap": OVERLAP[rt], "rows": len(pts),
-                   "max_residual_s": float(np.abs(np.polyval([slope, intercept], x) - y).max())}
+                   "leases": len(names), "lease_factors": {n: float(v) for n, v in zip(names, f)},
+                   "max_residual_s": float(np.abs(fitted - y).max())}
     return out
 
 
@@ -132,9 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
            "runtimes": table}
     Path(args.out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     for rt, v in table.items():
+        spread = ", ".join(f"{k} x{f:.2f}" for k, f in v["lease_factors"].items())
         print(f"{rt:11} {v['per_layer_s'] * 1e3:7.3f} ms per layer and micro-batch, "
-              f"{v['per_iteration_s'] * 1e3:7.2f} ms per iteration ({v['overlap']}, {v['rows']} rows, "
-              f"max residual {v['max_residual_s'] * 1e3:.1f} ms)")
+              f"{v['per_iteration_s'] * 1e3:7.2f} ms per iteration ({v['overlap']}, {v['rows']} rows from "
+              f"{v['leases']} machines: {spread}; max residual {v['max_residual_s'] * 1e3:.1f} ms)")
     return 0
 
 

@@ -56,7 +56,9 @@ def read_table(path: str | os.PathLike) -> tuple[str, list[dict[str, str]]]:
         raise ConfigError(str(p), "holds no rows")
     ints = [c for c in need if c not in ("layout", "device", "min_s", "median_s")]
     for i, row in enumerate(rows, start=2):
-        for c in (*ints, "min_s"):
+        for c in (*ints, "min_s", "median_s"):
+            if c == "median_s" and not row.get(c):  # a table may give the minimum alone
+                continue
             try:
                 ok = (int(row[c]) >= 1) if c in ints else (float(row[c]) > 0)
             except (TypeError, ValueError):
@@ -115,7 +117,7 @@ def rows(path: str | os.PathLike, profile: str | None = None, cluster: str | Non
         where = f"{path}:{i}"
         base = {"layout": row["layout"], "shape": row.get("name") or
                 f"d{row['hidden']}-L{row['layers']}-b{row['micro_batch']}", "device": row["device"],
-                "measured_s": float(row["min_s"]), "measured_median_s": float(row["median_s"])}
+                "measured_s": float(row["min_s"]), "measured_median_s": float(row["median_s"]) if row.get("median_s") else None}
         if "_skip" in row:
             out.append({**base, "skipped": row["_skip"]})
             if progress:

@@ -178,6 +178,13 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
     def extra(host: float, gpu: float) -> float:
         return host if serial else max(0.0, host - gpu)
 
+    factors = entry.get("lease_factors") or {}
+    if len(factors) > 1 and (serial or host_f > fwd_s + mp_fwd or host_b > bwd_s + mp_bwd):
+        lo, hi = min(factors.values()), max(factors.values())
+        notes.append(f"the {plan.runtime} runtime's host (CPU) work sets the pace of its steps; that host cost "
+                     f"differed x{lo:.2f} to x{hi:.2f} between the {len(factors)} machines of this kind measured "
+                     "(calibration/host_overhead.py), and a host-bound step varies as much")
+
     return {"host_fwd_s": host_f, "host_bwd_s": host_b, "host_fwd_extra_s": extra(host_f, fwd_s + mp_fwd),
             "host_bwd_extra_s": extra(host_b, bwd_s + mp_bwd),
             "host_update_s": extra(entry["per_iteration_s"], update_s)}

@@ -60,6 +60,7 @@ def test_rows_are_predicted_and_summarised(tmp_path):
     (HEADER + "\n", "no rows"),
     (HEADER + "\n" + _row("tp2", 1, 1, 2, 1).replace(",0.2,", ",-1,", 1), "min_s"),
     (HEADER + "\n" + _row("tp2", 1, 1, 2, 1).replace(",256,", ",x,", 1), "hidden"),
+    (HEADER + "\n" + _row("tp2", 1, 1, 2, 1).replace(",0.202,", ",slow,", 1), "median_s"),
 ])
 def test_bad_tables_name_the_file(tmp_path, body, match):
     p = tmp_path / "bad.csv"
@@ -67,6 +68,12 @@ def test_bad_tables_name_the_file(tmp_path, body, match):
     with pytest.raises(ConfigError, match=match) as e:
         compare_multi.read_table(p)
     assert "bad.csv" in str(e.value)
+
+
+def test_a_table_may_give_the_minimum_alone(tmp_path):
+    p = _table(tmp_path, _row("tp2", 1, 1, 2, 1).replace(",0.202,", ",,", 1))
+    (row,) = compare_multi.rows(p, profile="roofline:h100-sxm", cluster="hgx-h100")
+    assert row["measured_median_s"] is None and row["measured_s"] == 0.2
 
 
 def test_an_unknown_gpu_needs_a_profile(tmp_path):

@@ -128,3 +128,33 @@ def test_the_simulated_step_carries_the_host_excess():
                  + st.host_bwd_extra_s)
     assert steps == pytest.approx(3 * 0.012)
     assert res.iteration_s == pytest.approx(steps + st.update_s, rel=1e-9)
+
+
+def test_machines_of_one_kind_are_a_speed_factor_each_and_weigh_the_same():
+    # the kind's line: 3 ms per layer and micro-batch + 20 ms; machine A runs its host 0.8x, B 1.25x
+    # (geometric mean 1), A measured at four sizes, B at one only: B still moves the line's level.
+    def line(L: int, m: int) -> float:
+        return 0.020 + 0.003 * L * m
+
+    rows = [{**_row("tp2", L, m, 0.8 * line(L, m)), "lease": "A"} for L, m in ((4, 4), (8, 4), (4, 8), (8, 8))]
+    rows += [{**_row("tp4", 8, 4, 1.25 * line(8, 4)), "lease": "B"}] * 3
+    t = fit_host_overhead(rows)["dtensor_tp"]
+    assert t["per_layer_s"] == pytest.approx(0.003, rel=1e-6)
+    assert t["per_iteration_s"] == pytest.approx(0.020, rel=1e-6)
+    assert t["lease_factors"] == pytest.approx({"A": 0.8, "B": 1.25}, rel=1e-6)
+    assert t["leases"] == 2 and t["rows"] == 7
+    # one machine alone: its factor is 1 and the line is its own
+    alone = fit_host_overhead(rows[:4])["dtensor_tp"]
+    assert alone["lease_factors"] == pytest.approx({"A": 1.0})
+    assert alone["per_layer_s"] == pytest.approx(0.8 * 0.003, rel=1e-6)
+
+
+def test_a_host_bound_step_notes_how_much_the_machines_differ():
+    prof = _Profile("overlapped")
+    prof.host_overhead["dtensor_tp"]["lease_factors"] = {"A": 0.87, "B": 1.18}
+    notes: list[str] = []
+    _host_fields(prof, _plan(2), 0.002, 0.004, 0.001, 0.0, 0.004, notes)
+    assert len(notes) == 1 and "x0.87 to x1.18" in notes[0] and "2 machines" in notes[0]
+    quiet: list[str] = []  # GPU-bound: the host's speed does not matter, no note
+    _host_fields(prof, _plan(2), 0.020, 0.040, 0.0, 0.0, 0.004, quiet)
+    assert quiet == []

@@ -447,25 +447,49 @@ def build_trainer(env: Env, layout: Layout, shape: Shape, args) -> Trainer:
     opt = make_opt(model.parameters())
     micro = [batch[i * b:(i + 1) * b] for i in range(m)]
 
+    # validation/probe_host_split.py's clock (None in a measured run): per micro-batch the host's
+    # seconds to issue its forward and its backward, the GPU drained before ("before") or also
+    # after each of them ("each"); per iteration the update's. Read at each call: the probe turns
+    # it on after warm-up.
     def micro_step(x):
+        phase_log, phase_sync = getattr(args, "phase_log", None), getattr(args, "phase_sync", "before")
+        if phase_log is not None:
+            env.sync()
+            t0 = time.perf_counter()
         with loss_ctx():
             with amp():
                 if tp_mesh is not None:  # sharded logits: the cross-entropy under loss_parallel
                     loss = shifted_ce(net(input_ids=x).logits, x)
                 else:
                     loss = net(input_ids=x, labels=x).loss
+            if phase_log is not None:
+                if phase_sync == "each":
+                    env.sync()
+                t1 = time.perf_counter()
             loss.backward()  # inside loss_parallel, as its docs require
+        if phase_log is not None:
+            if phase_sync == "each":
+                env.sync()
+            phase_log.append(("mb", t1 - t0, time.perf_counter() - t1))
         return loss.detach()
 
     def step():
         losses = []
+        phase_log, phase_sync = getattr(args, "phase_log", None), getattr(args, "phase_sync", "before")
         for i, x in enumerate(micro):
             # DDP: skip the all-reduce for all but the last micro-batch; its backward overlaps it
             sync = contextlib.nullcontext() if layout.dp == 1 or i == m - 1 else net.no_sync()
             with sync:
                 losses.append(micro_step(x))
+        if phase_log is not None:
+            env.sync()
+            t0 = time.perf_counter()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if phase_log is not None:
+            if phase_sync == "each":
+                env.sync()
+            phase_log.append(("update", time.perf_counter() - t0, 0.0))
         owner = tp_mesh is None or tp_mesh.get_local_rank() == 0
         if not owner:
             return None
