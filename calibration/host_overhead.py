@@ -101,7 +101,7 @@ def fit_host_overhead(rows: Iterable[dict[str, str]]) -> dict[str, dict[str, Any
         # A negative intercept is measurement noise around zero fixed cost: reported, and 0 used.
         out[rt] = {"per_layer_s": float(slope), "per_iteration_s": float(max(intercept, 0.0)),
                    "fitted_intercept_s": float(intercept), "overlap": OVERLAP[rt], "rows": len(pts),
-                   "leases": len(names), "lease_factors": {n: float(v) for n, v in zip(names, f)},
+                   "leases": len(names), "lease_factors": {n: float(v) for n, v in zip(names, f, strict=True)},
                    "max_residual_s": float(np.abs(fitted - y).max())}
     return out
 

@@ -117,7 +117,8 @@ def rows(path: str | os.PathLike, profile: str | None = None, cluster: str | Non
         where = f"{path}:{i}"
         base = {"layout": row["layout"], "shape": row.get("name") or
                 f"d{row['hidden']}-L{row['layers']}-b{row['micro_batch']}", "device": row["device"],
-                "measured_s": float(row["min_s"]), "measured_median_s": float(row["median_s"]) if row.get("median_s") else None}
+                "measured_s": float(row["min_s"]),
+                "measured_median_s": float(row["median_s"]) if row.get("median_s") else None}
         if "_skip" in row:
             out.append({**base, "skipped": row["_skip"]})
             if progress:

@@ -16,6 +16,7 @@ import numpy as np
 
 from trainsim.operators import Collective, CollKind, Direction, DurationModel, Op, OpKind, StagePlan, TrainingSpec
 from trainsim.operators.errors import ConfigError, NoSamplesError
+from trainsim.operators.ops import hf_params
 from trainsim.operators.spec import Parallelism
 from trainsim.operators.stages import DPBuckets, GradSegment
 from trainsim.topology import ClusterSpec, Placement, closed_form_seconds
@@ -190,8 +191,37 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
             "host_update_s": extra(entry["per_iteration_s"], update_s)}
 
 
+def _fsdp_full_pass(plan: StagePlan) -> Op:
+    """The fp32 accumulation pass over the stage's whole (unsharded) parameters: the measured
+    memory-bound kernel FSDP2's copies are priced by (``plan.grad_accum`` runs on the 1/dp shard)."""
+    assert plan.grad_accum is not None and plan.fsdp is not None
+    return dataclasses.replace(plan.grad_accum, mp=plan.grad_accum.mp // plan.fsdp.ranks)
+
+
+def _fsdp_copies(plan: StagePlan, full_pass_s: float) -> tuple[float, float]:
+    """Seconds of FSDP2's copies of one layer unit and of the root per gather or reduce-scatter.
+
+    FSDP2 all-gathers into one flat buffer and copies the result out into the unsharded
+    parameters (``foreach_all_gather_copy_out``, on the compute stream), and copies the unsharded
+    gradients into the reduce-scatter's input (``chunk_cat``, on the reduce-scatter stream): each
+    reads and writes the unit's fp32 values, 8 bytes per parameter. They are priced at the rate of
+    the profile's measured accumulation pass over the same parameters (12 bytes per parameter:
+    read two gradients, write one). Checked against the kernel trace of fsdp2 d2560-L8 on an H100:
+    FSDP2 adds 37 ms of non-NCCL kernels per iteration over one GPU's (these copies, 27 ms, and
+    the compute slowed by the concurrent collectives).
+    """
+    assert plan.grad_accum is not None and plan.fsdp is not None
+    full = _fsdp_full_pass(plan)
+    per_byte = full_pass_s / (12 * hf_params(full))
+    u = plan.fsdp
+    fp32_entries = 2  # the shards are counted in 2-byte entries
+    return (8 * u.layer_shard * u.ranks / fp32_entries * per_byte,
+            8 * u.root_shard * u.ranks / fp32_entries * per_byte)
+
+
 def _fsdp_exposed(plan: StagePlan, ag_layer: float, rs_layer: float, ag_root: float, rs_root: float,
-                  fwd: dict[Op, float], bwd: dict[Op, float]) -> tuple[float, float]:
+                  fwd: dict[Op, float], bwd: dict[Op, float],
+                  slow: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> tuple[float, float]:
     """FSDP2 communication a micro-batch's forward and backward cannot hide (seconds).
 
     The next layer's all-gather runs on its own stream while this layer computes (FSDP2's implicit
@@ -200,7 +230,18 @@ def _fsdp_exposed(plan: StagePlan, ag_layer: float, rs_layer: float, ag_root: fl
     forward) and the first layer's before the forward, and at the end of the backward the last
     reduce-scatters. In the backward a layer's all-gather and the previous layer's reduce-scatter
     share the communicator, so they queue. Layers are taken as equal (one GradSegment's compute).
+
+    ``slow`` = (forward compute factor, backward compute factor, collective factor): measured
+    compute-communication interference (calibration/interference.py). Where a layer's collectives
+    G (slowed by the collective factor) overlap its compute C, the compute runs at 1/f of its speed
+    while they run, so the layer takes max(G, C + G (1 - 1/f)): beyond C it shows
+    max(G - C, G (1 - 1/f)). The collectives with nothing to overlap run at full speed.
     """
+    f_fwd, f_bwd, g = slow
+
+    def over(coll: float, comp: float, f: float) -> float:
+        return max(coll * g - comp, coll * g * (1.0 - 1.0 / f), 0.0)
+
     layers = [g for g in plan.grad_segments if g.layer]
     n = len(layers)
     if n == 0:
@@ -210,8 +251,8 @@ def _fsdp_exposed(plan: StagePlan, ag_layer: float, rs_layer: float, ag_root: fl
     c_b = sum(oc.count * bwd[oc.op] for oc in seg.ops) + sum(oc.count * fwd[oc.op] for oc in seg.recompute)
     head = plan.grad_segments[0] if plan.role.has_head else None
     c_head = sum(oc.count * bwd[oc.op] for oc in head.ops) if head is not None else 0.0
-    exposed_f = ag_root + ag_layer + (n - 1) * max(0.0, ag_layer - c_f)
-    exposed_b = (max(0.0, ag_layer - c_head) + (n - 1) * max(0.0, ag_layer + rs_layer - c_b)
+    exposed_f = ag_root + ag_layer + (n - 1) * over(ag_layer, c_f, f_fwd)
+    exposed_b = (over(ag_layer, c_head, f_bwd) + (n - 1) * over(ag_layer + rs_layer, c_b, f_bwd)
                  + rs_layer + rs_root)
     return exposed_f, exposed_b
 
@@ -285,15 +326,24 @@ def _interference(model: DurationModel, plan: StagePlan, bwd: dict[Op, float],
     if im is None or not bucket_bytes:
         return {}
     size = sum(bucket_bytes) / len(bucket_bytes)
+    compute = _compute_factor(im, plan.backward, bwd, size)
+    if compute is None:
+        return {}
+    return {"interference_compute": compute, "interference_dp": im.collective_factor(None, size)}
+
+
+def _compute_factor(im, ops: Sequence, table: dict[Op, float], size: float) -> float | None:
+    """Compute's slowdown beside a collective of ``size`` bytes: each operator class (GEMM,
+    attention, the rest memory-bound) at its measured factor, weighted by its share of the time of
+    ``ops`` (None: no time)."""
     shares = {"gemm": 0.0, "attention": 0.0, "memory": 0.0}
-    for oc in plan.backward:
+    for oc in ops:
         cls = "gemm" if oc.op.kind in _GEMM_KINDS else "attention" if oc.op.kind in _ATTENTION_KINDS else "memory"
-        shares[cls] += oc.count * bwd[oc.op]
+        shares[cls] += oc.count * table[oc.op]
     total = sum(shares.values())
     if not total > 0:
-        return {}
-    compute = sum(t * im.compute_factor(cls, size) for cls, t in shares.items()) / total
-    return {"interference_compute": compute, "interference_dp": im.collective_factor(None, size)}
+        return None
+    return float(sum(t * im.compute_factor(cls, size) for cls, t in shares.items()) / total)
 
 
 def _op_table(model: DurationModel, ops: Sequence[Op], direction: Direction,
@@ -344,8 +394,9 @@ def build_costs(
     ops = sorted({o for p in plans for o in p.distinct_ops()}, key=repr)
     fwd = _op_table(model, ops, Direction.FWD, notes)
     bwd = _op_table(model, ops, Direction.BWD, notes)
-    upd = _op_table(model, [p.optimizer for p in plans] + [p.grad_accum for p in plans if p.grad_accum],
-                    Direction.UPDATE)
+    fsdp_pass = {p.index: _fsdp_full_pass(p) for p in plans if p.fsdp is not None and p.grad_accum is not None}
+    upd = _op_table(model, [p.optimizer for p in plans] + [p.grad_accum for p in plans if p.grad_accum]
+                    + list(fsdp_pass.values()), Direction.UPDATE)
 
     mp_span = placement.mp_span()
     dp_span = placement.dp_span()
@@ -446,7 +497,17 @@ def build_costs(
         fsdp_f = fsdp_b = 0.0
         if s in fsdp_colls:
             ag, rs, ag_root, rs_root = (wanted[c] for c in fsdp_colls[s])
-            fsdp_f, fsdp_b = _fsdp_exposed(p, ag, rs, ag_root, rs_root, fwd, bwd)
+            copy_layer, copy_root = _fsdp_copies(p, upd[fsdp_pass[s]]) if s in fsdp_pass else (0.0, 0.0)
+            # the reduce-scatter's copy-in runs on its stream before it; the copy-outs on the compute stream
+            im = getattr(model, "interference", None)
+            slow = (1.0, 1.0, 1.0)
+            if im is not None:  # the gathers and reduce-scatters that overlap compute slow it, and it them
+                size = float(fsdp_colls[s][0].bytes)
+                slow = (_compute_factor(im, p.forward, fwd, size) or 1.0,
+                        _compute_factor(im, p.backward, bwd, size) or 1.0, im.collective_factor(None, size))
+            fsdp_f, fsdp_b = _fsdp_exposed(p, ag, rs + copy_layer, ag_root, rs_root + copy_root, fwd, bwd, slow)
+            fsdp_f += p.encoders * copy_layer + copy_root
+            fsdp_b += p.encoders * copy_layer
         f_flops, b_flops = p.flops()
         cp_f = cp_b = cp_ring = cp_one = 0.0
         if s in cp_send:

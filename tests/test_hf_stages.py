@@ -193,6 +193,42 @@ def test_fsdp_exposed_communication_by_hand():
     assert f2 == pytest.approx(ag_root + slow + (L - 1) * (slow - c_f))
 
 
+def test_fsdp_interference_slows_what_overlaps_by_hand():
+    from trainsim.sim.costs import _fsdp_exposed
+
+    (plan,) = build_stage_plans(MODEL, _tr(zero_stage=3), Parallelism(dp=2))
+    seg = [g for g in plan.grad_segments if g.layer][0]
+    fwd = {oc.op: 1e-3 for g in plan.grad_segments for oc in (*g.ops, *g.recompute)}
+    bwd = {op: 2e-3 for op in fwd}
+    c_f = sum(oc.count for oc in seg.ops) * 1e-3
+    ag, rs, ag_root, rs_root = 0.5 * c_f, 1e-4, 3e-3, 4e-3
+    # compute at 1/1.25 of its speed while a gather runs, gathers 1.5x slower: each hidden gather of
+    # 1.5 ag costs its layer 1.5 ag (1 - 1/1.25) = 0.3 ag; the first layer's and the root's run alone
+    f, _ = _fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd, (1.25, 1.0, 1.5))
+    assert f == pytest.approx(ag_root + ag + (L - 1) * 0.3 * ag)
+    # a gather slowed past the layer's compute shows its excess instead
+    f2, _ = _fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd, (1.25, 1.0, 3.0))
+    assert f2 == pytest.approx(ag_root + ag + (L - 1) * max(3 * ag - c_f, 3 * ag * 0.2))
+    assert _fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd, (1.0, 1.0, 1.0)) == \
+        _fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd)
+
+
+def test_fsdp_copies_move_eight_bytes_per_parameter_at_the_accumulation_rate():
+    from trainsim.operators.ops import hf_params
+    from trainsim.sim.costs import _fsdp_copies, _fsdp_full_pass
+
+    (plan,) = build_stage_plans(MODEL, _tr(zero_stage=3), Parallelism(dp=2))
+    full = _fsdp_full_pass(plan)
+    assert plan.grad_accum is not None and full.mp == plan.grad_accum.mp // 2  # the unsharded parameters
+    per_byte = 0.012 / (12 * hf_params(full))  # a 12 ms pass over them
+    layer, root = _fsdp_copies(plan, 0.012)
+    u = plan.fsdp
+    assert layer == pytest.approx(8 * (u.layer_shard * 2 / 2) * per_byte)
+    assert root == pytest.approx(8 * (u.root_shard * 2 / 2) * per_byte)
+    # the stage's copy bytes (layers and root, one copy each) are 8 of the pass's 12 bytes per parameter
+    assert (L * layer + root) == pytest.approx(0.012 * 8 / 12, rel=0.02)
+
+
 def test_fsdp_memory_is_a_shard_plus_the_live_units():
     tr = _tr(b=4, m=4, zero_stage=3)
     ddp_tr = _tr(b=4, m=4)

@@ -98,7 +98,8 @@ def main() -> int:
                            "iteration_s": min(walls), "matmul_s": mm_s}
                     with open(args.out, "a") as fh:
                         fh.write(json.dumps(row) + "\n")
-                    print(f"{name:8s} {sname:11s} {mode:5s} fwd {row['fwd_s']*1e3:6.2f} ms bwd {row['bwd_s']*1e3:6.2f} ms "
+                    print(f"{name:8s} {sname:11s} {mode:5s} fwd {row['fwd_s']*1e3:6.2f} ms "
+                          f"bwd {row['bwd_s']*1e3:6.2f} ms "
                           f"upd {row['update_s']*1e3:5.2f} ms iter {row['iteration_s']:.4f}", flush=True)
             targs.phase_log = None
             del trainer
