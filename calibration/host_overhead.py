@@ -9,22 +9,29 @@ the GPU, sets the pace.
 
 ``validation/train_hf_parallel.py`` measured each layout at tiny shapes (hidden 128, sequence 64,
 one sequence per micro-batch: ``validation/hf_parallel_shapes_host.csv``), where an iteration is
-all host time. Per runtime this module fits, by least squares over those rows,
+all host time. Per runtime this module fits, over those rows,
 
-    host seconds per iteration = per_iteration_s + per_layer_s * layers * micro_batches
+    host seconds per iteration = factor(machine) * (per_iteration_s + per_layer_s * layers * micro_batches)
 
 (``per_layer_s``: one layer's forward and backward on one micro-batch). The runtime of a row is
 its layout's: ``eager`` (1gpu, dp: DDP wraps an eager model), ``dtensor_tp`` (tp), ``fsdp2``
 (fsdp), ``fsdp2_tp`` (fsdp x tp). Pipelined layouts are left out: their stages run concurrently,
-so a whole-iteration fit would mix the schedule into the per-layer cost.
+so a whole-iteration fit would mix the schedule into the per-layer cost. (Fitting them as their
+own runtimes over the 1F1B critical path, ``layers / pp * (m + pp - 1)`` stage steps, was tried:
+with tiny pipelined rows from one or two machines it moved the pipelined tables' MAPE the wrong
+way, 9.2 -> 11.3 % on the held-out 4-GPU one; docs/multi_gpu.md.)
 
 Host and GPU work overlap: PyTorch issues kernels asynchronously, so a step takes the longer of
 the two (``overlap: overlapped``; a "serial" runtime would add them). Checked on the GPUs with
 validation/probe_host.py: the only host-GPU synchronisations are one per micro-batch (Hugging
 Face's causal-mask construction) and one per iteration, the caching allocator makes no
 cudaMalloc/cudaFree calls in steady state, and garbage collection changes nothing systematic.
-The host cost itself varies between lent machines of the same kind: the same tiny tp2 run took
-0.272 s on one and 0.373 s on another (docs/multi_gpu.md).
+
+The host cost is the machine's, not the shape's: built side by side in one process and timed in
+turn, tiny and real shapes take the same host time (validation/probe_host_split.py --alternate),
+while lent machines of one kind differ by up to a third (the same tiny tp2 run: 0.272 s on one,
+0.373 s on another). Each row's ``lease`` names its machine; a machine's rows share one speed
+factor, and the table's line is the kind's typical machine (docs/multi_gpu.md).
 
     python -m trainsim.calibration.host_overhead validation/measured_hf_parallel_h100_host_*.csv \\
         --out calibration/profiles/h100-sxm-bf16/host_overhead.json
