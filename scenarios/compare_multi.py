@@ -18,6 +18,7 @@ its timed iterations (the statistic of the one-GPU validation).
 from __future__ import annotations
 
 import csv
+import json
 import os
 import warnings
 from collections.abc import Callable
@@ -181,3 +182,69 @@ def render(table: list[dict]) -> str:
     else:
         lines.append("\nno row could be predicted")
     return "\n".join(lines)
+
+
+def read_kernels(path: str | os.PathLike) -> dict[tuple[str, str], dict]:
+    """The kernel summaries train_hf_parallel.py --kernels wrote beside a table (``<csv>.kernels.jsonl``,
+    or with the ``.csv`` dropped), by (layout, shape); a missing or bad file is one ConfigError naming it."""
+    p = Path(f"{path}.kernels.jsonl")
+    if not p.is_file():
+        p = Path(path).with_suffix(".kernels.jsonl")
+    out: dict[tuple[str, str], dict] = {}
+    try:
+        lines = p.read_text().splitlines()
+    except OSError:
+        raise ConfigError("--attribute", f"no kernel trace {p} beside the table "
+                                         "(validation/train_hf_parallel.py --kernels writes it)") from None
+    for i, line in enumerate(lines, start=1):
+        try:
+            r = json.loads(line)
+            out[(r["layout"], r["name"])] = {k: float(r[k]) for k in ("busy_s", "compute_busy_s", "wall_s")}
+        except (ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"{p}:{i}", f"not a kernel summary: {e}") from None
+    return out
+
+
+def attribute(table: list[dict], kernels: dict[tuple[str, str], dict]) -> list[dict]:
+    """Where each row's error sits: GPU compute against the rest of the iteration.
+
+    Measured: the compute kernels' busy time (optimizer included, NCCL excluded) of the profiled
+    iteration, and the rest of the measured minimum (exposed communication, host time, waits).
+    Simulated: the critical replica's compute and optimizer, and the rest of its iteration
+    (exposed MP/CP/PP/DP communication, host excess, idle). Their two differences add up to the
+    row's error in seconds.
+    """
+    out = []
+    for r in table:
+        k = kernels.get((r["layout"], r["shape"]))
+        if "skipped" in r or k is None:
+            continue
+        b = r["breakdown"]
+        sim_compute = b.get("compute", 0.0) + b.get("optimizer", 0.0)
+        meas_compute = k["compute_busy_s"]
+        d_compute = sim_compute - meas_compute
+        d_rest = (r["simulated_s"] - sim_compute) - (r["measured_s"] - meas_compute)
+        rest = {key: v for key, v in b.items() if key not in ("compute", "optimizer") and v > 0}
+        out.append({"layout": r["layout"], "shape": r["shape"], "err_pct": r["simulated_err_pct"],
+                    "measured_compute_s": meas_compute, "simulated_compute_s": sim_compute,
+                    "measured_rest_s": r["measured_s"] - meas_compute,
+                    "simulated_rest_s": r["simulated_s"] - sim_compute,
+                    "compute_gap_s": d_compute, "rest_gap_s": d_rest,
+                    "largest": "compute" if abs(d_compute) >= abs(d_rest) else "rest",
+                    "simulated_rest": {str(key): v for key, v in rest.items()}})
+    return out
+
+
+def render_attribution(rows: list[dict]) -> str:
+    lines = ["\nwhere the error sits (seconds; measured compute from the kernel trace, rest = the iteration less it):",
+             f"{'layout':12} {'shape':14} {'err %':>7} {'compute meas':>12} {'sim':>7} {'gap':>7}   "
+             f"{'rest meas':>9} {'sim':>7} {'gap':>7}   simulated rest"]
+    for a in rows:
+        rest = ", ".join(f"{k} {v:.3f}" for k, v in sorted(a["simulated_rest"].items(), key=lambda kv: -kv[1]))
+        lines.append(f"{a['layout']:12} {a['shape']:14} {a['err_pct']:+7.1f} {a['measured_compute_s']:12.4f} "
+                     f"{a['simulated_compute_s']:7.4f} {a['compute_gap_s']:+7.4f}   {a['measured_rest_s']:9.4f} "
+                     f"{a['simulated_rest_s']:7.4f} {a['rest_gap_s']:+7.4f}   {rest or '-'}")
+    if not rows:
+        lines.append("no row has a kernel summary")
+    return "\n".join(lines)
+

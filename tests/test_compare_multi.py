@@ -87,3 +87,34 @@ def test_the_command_fails_in_one_line(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stdout == ""
     assert len(r.stderr.strip().splitlines()) == 1 and "--measured-multi" in r.stderr
+
+
+def test_attribution_splits_the_error_into_compute_and_the_rest(tmp_path):
+    import json
+
+    p = _table(tmp_path, _row("tp2", 1, 1, 2, 1, t=0.5), _row("dp2", 2, 1, 1, 1))
+    trace = tmp_path / "m.kernels.jsonl"  # train_hf_parallel.py's summary, ".csv" dropped as committed
+    trace.write_text(json.dumps({"layout": "tp2", "name": "tiny", "busy_s": 0.2, "compute_busy_s": 0.15,
+                                 "wall_s": 0.6}) + "\n")
+    kernels = compare_multi.read_kernels(p)
+    table = compare_multi.rows(p, profile="roofline:h100-sxm", cluster="hgx-h100")
+    (a,) = compare_multi.attribute(table, kernels)  # dp2 has no trace: not attributed
+    r = table[0]
+    sim_compute = r["breakdown"]["compute"] + r["breakdown"]["optimizer"]
+    assert a["simulated_compute_s"] == pytest.approx(sim_compute) and a["measured_compute_s"] == 0.15
+    assert a["measured_rest_s"] == pytest.approx(0.35)
+    # the two gaps add up to the row's error in seconds
+    assert a["compute_gap_s"] + a["rest_gap_s"] == pytest.approx(r["simulated_s"] - 0.5)
+    assert "where the error sits" in compare_multi.render_attribution([a])
+
+
+def test_attribution_without_a_trace_is_one_line(tmp_path):
+    p = _table(tmp_path, _row("tp2", 1, 1, 2, 1))
+    with pytest.raises(ConfigError, match="kernel trace"):
+        compare_multi.read_kernels(p)
+    (tmp_path / "m.kernels.jsonl").write_text("{not json\n")
+    with pytest.raises(ConfigError, match=r"m\.kernels\.jsonl:1"):
+        compare_multi.read_kernels(p)
+    r = subprocess.run([sys.executable, "-m", "trainsim", "validate", "--measured-multi", str(p), "--attribute"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "kernels.jsonl" in r.stderr

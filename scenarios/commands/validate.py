@@ -44,6 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="profile for --measured-multi (default: the shipped one of each row's GPU)")
     p.add_argument("--cluster-multi", default=None, metavar="PRESET",
                    help="cluster preset for --measured-multi (default: hgx-h100 / hgx-h200 by each row's GPU)")
+    p.add_argument("--attribute", action="store_true",
+                   help="with --measured-multi: split each row's error into GPU compute and the rest, from the "
+                        "kernel trace beside the table (<CSV>.kernels.jsonl)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress and no warnings (errors still print)")
     p.set_defaults(func=run)
 
@@ -141,13 +144,18 @@ def run_multi(args: argparse.Namespace) -> int:
     from trainsim.scenarios.progress import Progress
 
     _, measured = compare_multi.read_table(args.measured_multi)  # a bad table fails before any work
+    kernels = compare_multi.read_kernels(args.measured_multi) if args.attribute else None
     with Progress("validate", len(measured), unit="runs", quiet=args.quiet) as bar:
         table = compare_multi.rows(args.measured_multi, args.profile_multi, args.cluster_multi,
                                    cache_dir=args.cache_dir, progress=bar.update)
+    attribution = compare_multi.attribute(table, kernels) if kernels is not None else None
     if args.json:
-        print_json({"summary": compare_multi.summary(table), "runs": table})
+        print_json({"summary": compare_multi.summary(table), "runs": table,
+                    **({"attribution": attribution} if attribution is not None else {})})
     else:
         print(compare_multi.render(table))
+        if attribution is not None:
+            print(compare_multi.render_attribution(attribution))
     warn(dict.fromkeys(w for r in table for w in r.get("warnings", [])), quiet=args.quiet)
     return 0
 
