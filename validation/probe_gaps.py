@@ -1,0 +1,125 @@
+"""Probe: where a layout's GPU sits idle within one iteration, and what the host was doing then.
+
+Under torchrun, for each layout of ``--layouts`` whose world is this run's, on one shape: after
+warm-up, one iteration profiled on rank 0 (CPU and CUDA activities). The GPU is idle where no
+kernel of any stream runs. Every idle gap longer than ``--min-gap-us`` between the iteration's
+start and its last kernel is listed with its offset, the kernels before and after it, and the CUDA
+runtime calls and CPU operators that overlap it (the host's reason: a synchronisation, a copy,
+Python work). Rank 0 appends one JSON line per layout to ``--out`` and gzips the raw trace beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import tempfile
+import traceback
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import train_hf_parallel as thp  # noqa: E402
+
+
+def gaps(events: list[dict], t0_us: float, min_gap_us: float) -> dict:
+    kernels = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)), str(e.get("name", "")))
+                     for e in events if e.get("cat") == "kernel" and e.get("ph") == "X")
+    host = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)), str(e.get("name", "")), str(e.get("cat")))
+            for e in events if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cpu_op", "user_annotation")]
+    out, end, prev = [], t0_us, "(iteration start)"
+    for a, b, name in kernels:
+        if a - end > min_gap_us:
+            over = Counter()
+            for ha, hb, hname, cat in host:
+                ov = min(hb, a) - max(ha, end)
+                if ov > 0:
+                    over[f"{cat}:{hname[:60]}"] += ov
+            out.append({"at_ms": (end - t0_us) / 1e3, "gap_ms": (a - end) / 1e3, "after": prev[:60],
+                        "before": name[:60], "host": [[k, round(v / 1e3, 3)] for k, v in over.most_common(4)]})
+        if b > end:
+            end, prev = b, name
+    idle = sum(g["gap_ms"] for g in out)
+    return {"kernels": len(kernels), "span_ms": (end - t0_us) / 1e3, "idle_ms": idle, "gaps": len(out),
+            "top": sorted(out, key=lambda g: -g["gap_ms"])[:25]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layouts", required=True)
+    ap.add_argument("--shape", required=True)
+    ap.add_argument("--shapes", default=str(Path(__file__).with_name("hf_parallel_shapes.csv")))
+    ap.add_argument("--min-gap-us", type=float, default=30.0)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile
+
+    from trainsim.calibration.collectives_bench import ensure_multicast_off
+
+    ensure_multicast_off()
+    if "MASTER_ADDR" not in os.environ:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(thp._free_port()), RANK="0", WORLD_SIZE="1")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl")
+    env = thp.Env(torch, dist, dist.get_rank(), dist.get_world_size(), device)
+    (shape,) = thp.read_shapes(args.shapes, [args.shape])
+    for name in args.layouts.split(","):
+        layout = thp.parse_layout(name)
+        if layout.world != env.world:
+            continue
+        targs = thp.build_parser().parse_args(["--layouts", name, "--out", "/dev/null"])
+        targs.dtype = "bf16"
+        trainer = thp.build_trainer(env, layout, shape, targs)
+        for _ in range(3):
+            trainer.step()
+        plain = min(env.timed_step(trainer)[0] for _ in range(4))
+        env.barrier()
+        env.sync()
+        ctx = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) if env.rank == 0 else None
+        if ctx is not None:
+            ctx.__enter__()
+        with torch.profiler.record_function("iteration"):
+            wall, _ = env.timed_step(trainer)
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "trace.json"
+                ctx.export_chrome_trace(str(path))
+                raw = path.read_bytes()
+            events = json.loads(raw).get("traceEvents", [])
+            it = [e for e in events if e.get("name") == "iteration" and e.get("ph") == "X"]
+            t0 = float(it[0]["ts"]) if it else min(float(e["ts"]) for e in events if "ts" in e)
+            row = {"layout": name, "shape": shape.name, "min_s": plain, "profiled_s": wall,
+                   **gaps(events, t0, args.min_gap_us)}
+            with open(args.out, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+            with gzip.open(f"{args.out}.{name}.{shape.name}.trace.json.gz", "wb") as fh:
+                fh.write(raw)
+            print(f"{name} {shape.name}: min {plain:.4f} s, profiled {wall:.4f} s, {row['kernels']} kernels, "
+                  f"idle {row['idle_ms']:.1f} ms in {row['gaps']} gaps", flush=True)
+            for g in row["top"][:12]:
+                print(f"   at {g['at_ms']:8.2f} ms gap {g['gap_ms']:6.2f} ms  after {g['after'][:30]:30s} "
+                      f"before {g['before'][:30]:30s} host {g['host'][:2]}", flush=True)
+        del trainer
+        thp.free_memory(env)
+    env.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        rc = main()
+    except Exception:
+        traceback.print_exc()
+        rc = 1
+    from trainsim.calibration.collectives_bench import exit_skipping_teardown
+
+    exit_skipping_teardown(rc)
