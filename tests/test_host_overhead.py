@@ -158,3 +158,15 @@ def test_a_host_bound_step_notes_how_much_the_machines_differ():
     quiet: list[str] = []  # GPU-bound: the host's speed does not matter, no note
     _host_fields(prof, _plan(2), 0.020, 0.040, 0.0, 0.0, 0.004, quiet)
     assert quiet == []
+
+
+def test_the_update_host_work_hides_behind_the_last_micro_batchs_backlog():
+    # eager: 4 layers x 1 ms = 4 ms of host per micro-batch, 10 ms per iteration
+    prof = _Profile("overlapped")
+    prof.host_overhead["eager"] = {"per_layer_s": 0.001, "per_iteration_s": 0.010, "overlap": "overlapped"}
+    # GPU-bound: 30 ms of GPU work per micro-batch leave a 26 ms backlog when the host is done
+    gpu_bound = _host_fields(prof, _plan(1), 0.010, 0.020, 0.0, 0.0, 0.002, [])
+    assert gpu_bound["host_update_s"] == 0.0
+    # a backlog of 3 ms (7 ms GPU) and a 2 ms update: 10 - 3 - 2 = 5 ms of the host's show
+    small = _host_fields(prof, _plan(1), 0.002, 0.005, 0.0, 0.0, 0.002, [])
+    assert small["host_update_s"] == pytest.approx(0.010 - 0.003 - 0.002)
