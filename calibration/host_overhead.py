@@ -9,17 +9,18 @@ the GPU, sets the pace.
 
 ``validation/train_hf_parallel.py`` measured each layout at tiny shapes (hidden 128, sequence 64,
 one sequence per micro-batch: ``validation/hf_parallel_shapes_host.csv``), where an iteration is
-all host time. Per runtime this module fits, over those rows,
+all host time. This module fits, over those rows,
 
-    host seconds per iteration = factor(machine) * (per_iteration_s + per_layer_s * layers * micro_batches)
+    host seconds per iteration = factor(machine) * (per_iteration_s + per_layer_s * layer_steps)
 
-(``per_layer_s``: one layer's forward and backward on one micro-batch). The runtime of a row is
-its layout's: ``eager`` (1gpu, dp: DDP wraps an eager model), ``dtensor_tp`` (tp), ``fsdp2``
-(fsdp), ``fsdp2_tp`` (fsdp x tp). Pipelined layouts are left out: their stages run concurrently,
-so a whole-iteration fit would mix the schedule into the per-layer cost. (Fitting them as their
-own runtimes over the 1F1B critical path, ``layers / pp * (m + pp - 1)`` stage steps, was tried:
-with tiny pipelined rows from one or two machines it moved the pipelined tables' MAPE the wrong
-way, 9.2 -> 11.3 % on the held-out 4-GPU one; docs/multi_gpu.md.)
+with one line per runtime and one speed factor per machine shared by every runtime measured on
+it. ``layer_steps`` is ``layers * micro_batches`` (``per_layer_s``: one layer's forward and
+backward on one micro-batch), and for a pipeline of ``pp`` equal stages ``layers / pp * (m + pp
+- 1)``, the stage steps on the 1F1B critical path while the stages' hosts work side by side. The
+runtime of a row is its layout's: ``eager`` (1gpu, dp: DDP wraps an eager model),
+``dtensor_tp`` (tp), ``fsdp2`` (fsdp), ``fsdp2_tp`` (fsdp x tp), ``eager_pp`` and
+``dtensor_tp_pp`` (the pipelining runtime's stages: no attention mask, so no host-GPU
+synchronisation per micro-batch, and a per-layer cost of their own).
 
 Host and GPU work overlap: PyTorch issues kernels asynchronously, so a step takes the longer of
 the two (``overlap: overlapped``; a "serial" runtime would add them). Checked on the GPUs with
@@ -30,8 +31,9 @@ cudaMalloc/cudaFree calls in steady state, and garbage collection changes nothin
 The host cost is the machine's, not the shape's: built side by side in one process and timed in
 turn, tiny and real shapes take the same host time (validation/probe_host_split.py --alternate),
 while lent machines of one kind differ by up to a third (the same tiny tp2 run: 0.272 s on one,
-0.373 s on another). Each row's ``lease`` names its machine; a machine's rows share one speed
-factor, and the table's line is the kind's typical machine (docs/multi_gpu.md).
+0.373 s on another). Each row's ``lease`` names its machine; the factors are normalised to a
+geometric mean of 1, so the lines are the kind's typical machine, and a runtime measured on one
+machine only is corrected by the factor its other runtimes give that machine (docs/multi_gpu.md).
 
     python -m trainsim.calibration.host_overhead validation/measured_hf_parallel_h100_host_*.csv \\
         --out calibration/profiles/h100-sxm-bf16/host_overhead.json
@@ -42,6 +44,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -50,66 +53,94 @@ from typing import Any
 from trainsim.operators.errors import ConfigError
 
 HOST_FILE = "host_overhead.json"
-OVERLAP = {"eager": "overlapped", "dtensor_tp": "overlapped", "fsdp2": "overlapped", "fsdp2_tp": "overlapped"}
+OVERLAP = {"eager": "overlapped", "dtensor_tp": "overlapped", "fsdp2": "overlapped", "fsdp2_tp": "overlapped",
+           "eager_pp": "overlapped", "dtensor_tp_pp": "overlapped"}
 
 
 def runtime_of(layout: str) -> str | None:
-    """The runtime a train_hf_parallel.py layout runs under (None: pipelined, not fitted here)."""
-    if "pp" in layout:
-        return None
+    """The runtime a train_hf_parallel.py layout runs under (None: FSDP inside a pipeline, which
+    this table does not describe)."""
+    pipelined = "pp" in layout
     if "fsdp" in layout:
-        return "fsdp2_tp" if "tp" in layout else "fsdp2"
-    if "tp" in layout:
-        return "dtensor_tp"
-    return "eager"
+        return None if pipelined else ("fsdp2_tp" if "tp" in layout else "fsdp2")
+    base = "dtensor_tp" if "tp" in layout else "eager"
+    return f"{base}_pp" if pipelined else base
+
+
+def pipeline_degree(layout: str) -> int:
+    """The pp of a train_hf_parallel.py layout name ("pp2xtp2" -> 2; 1 when not pipelined)."""
+    m = re.search(r"pp(\d+)", layout)
+    return int(m.group(1)) if m else 1
+
+
+def layer_steps(layout: str, layers: float, micro_batches: float) -> float:
+    """The layer-steps on an iteration's critical path, what its host time grows with.
+
+    Not pipelined: every layer's forward and backward for every micro-batch, ``layers * m``.
+    Pipelined (1F1B, equal stages of ``layers / pp``): ``m + pp - 1`` stage steps of
+    ``layers / pp`` layers each; the stages' hosts work side by side.
+    """
+    pp = pipeline_degree(layout)
+    return layers * micro_batches if pp == 1 else layers / pp * (micro_batches + pp - 1)
 
 
 def fit_host_overhead(rows: Iterable[dict[str, str]]) -> dict[str, dict[str, Any]]:
-    """Per runtime: ``per_iteration_s``, ``per_layer_s``, ``overlap``, ``rows``, ``leases`` and each
-    lease's ``lease_factors`` (see the module doc).
+    """Per runtime: ``per_iteration_s``, ``per_layer_s``, ``overlap``, ``rows``, ``leases`` and the
+    ``lease_factors`` of the machines it was measured on (see the module doc).
 
     A row's ``lease`` (the machine it ran on; default ``"?"``) is a machine whose host runs at its
-    own speed: time = factor(lease) * (per_iteration_s + per_layer_s * layers * micro_batches).
-    Alternating least squares fits the line on the rows scaled by their lease's factor (every
-    lease weighing the same, however many rows it has) and each factor on its lease's rows; the
-    factors are normalised to a geometric mean of 1, so the line is the machine kind's typical
-    host and a lease measured at one shape only still counts, through its factor.
+    own speed, the same for every runtime: time = factor(lease) * (per_iteration_s + per_layer_s *
+    layer_steps). Alternating least squares fits each runtime's line on its rows scaled by their
+    machine's factor (every machine weighing the same, however many rows it has) and each factor
+    on its machine's rows of every runtime; the factors are normalised to a geometric mean of 1,
+    so the lines are the machine kind's typical host. A runtime measured on one machine only is
+    still corrected by that machine's factor, which the other runtimes measured there fix.
     """
     import numpy as np
 
-    groups: dict[str, list[tuple[float, float, str]]] = {}
+    pts: list[tuple[str, float, float, str]] = []
     for r in rows:
         rt = runtime_of(r["layout"])
         if rt is None:
             continue
-        lm = float(r["layers"]) * float(r["micro_batches"])
-        groups.setdefault(rt, []).append((lm, float(r["min_s"]), r.get("lease") or "?"))
-    out: dict[str, dict[str, Any]] = {}
-    for rt, pts in sorted(groups.items()):
-        x = np.array([p[0] for p in pts])
-        y = np.array([p[1] for p in pts])
-        lease = [p[2] for p in pts]
-        if len(set(x.tolist())) < 2:
+        pts.append((rt, layer_steps(r["layout"], float(r["layers"]), float(r["micro_batches"])),
+                    float(r["min_s"]), r.get("lease") or "?"))
+    runtimes = sorted({p[0] for p in pts})
+    names = sorted({p[3] for p in pts})
+    x = np.array([p[1] for p in pts])
+    y = np.array([p[2] for p in pts])
+    rt_idx = np.array([runtimes.index(p[0]) for p in pts])
+    m_idx = np.array([names.index(p[3]) for p in pts])
+    count: dict[tuple[int, int], int] = {}
+    for a, b in zip(rt_idx.tolist(), m_idx.tolist(), strict=True):
+        count[a, b] = count.get((a, b), 0) + 1
+    w = np.array([1.0 / count[a, b] for a, b in zip(rt_idx.tolist(), m_idx.tolist(), strict=True)])
+    for k, rt in enumerate(runtimes):
+        if len(set(x[rt_idx == k].tolist())) < 2:
             raise ConfigError("host overhead", f"runtime {rt}: needs rows with at least two layers x micro-batches")
-        names = sorted(set(lease))
-        idx = np.array([names.index(n) for n in lease])
-        w = np.array([1.0 / lease.count(n) for n in lease])
-        f = np.ones(len(names))
-        for _ in range(50):
-            slope, intercept = np.polyfit(x, y / f[idx], 1, w=np.sqrt(w))  # polyfit squares its weights
-            line = intercept + slope * x
-            f = np.array([(y[idx == k] * line[idx == k]).sum() / (line[idx == k] ** 2).sum()
-                          for k in range(len(names))])
-            f /= np.exp(np.log(f).mean())
-        slope, intercept = np.polyfit(x, y / f[idx], 1, w=np.sqrt(w))
+    f = np.ones(len(names))
+    lines = np.zeros((len(runtimes), 2))  # (slope, intercept)
+    for _ in range(100):
+        for k in range(len(runtimes)):
+            sel = rt_idx == k
+            lines[k] = np.polyfit(x[sel], y[sel] / f[m_idx[sel]], 1, w=np.sqrt(w[sel]))  # polyfit squares w
+        line = lines[rt_idx, 1] + lines[rt_idx, 0] * x
+        f = np.array([(w * y * line)[m_idx == j].sum() / (w * line * line)[m_idx == j].sum()
+                      for j in range(len(names))])
+        f /= np.exp(np.log(f).mean())
+    out: dict[str, dict[str, Any]] = {}
+    for k, rt in enumerate(runtimes):
+        sel = rt_idx == k
+        slope, intercept = np.polyfit(x[sel], y[sel] / f[m_idx[sel]], 1, w=np.sqrt(w[sel]))
         if not slope > 0:
             raise ConfigError("host overhead", f"runtime {rt}: host time does not grow with the layers ({slope:g})")
-        fitted = f[idx] * (intercept + slope * x)
+        fitted = f[m_idx[sel]] * (intercept + slope * x[sel])
+        seen = sorted({names[j] for j in m_idx[sel].tolist()})
         # A negative intercept is measurement noise around zero fixed cost: reported, and 0 used.
         out[rt] = {"per_layer_s": float(slope), "per_iteration_s": float(max(intercept, 0.0)),
-                   "fitted_intercept_s": float(intercept), "overlap": OVERLAP[rt], "rows": len(pts),
-                   "leases": len(names), "lease_factors": {n: float(v) for n, v in zip(names, f, strict=True)},
-                   "max_residual_s": float(np.abs(fitted - y).max())}
+                   "fitted_intercept_s": float(intercept), "overlap": OVERLAP[rt], "rows": int(sel.sum()),
+                   "leases": len(seen), "lease_factors": {n: float(f[names.index(n)]) for n in seen},
+                   "max_residual_s": float(np.abs(fitted - y[sel]).max())}
     return out
 
 

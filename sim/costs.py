@@ -166,6 +166,11 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
     if plan.runtime is None or not table:
         return {}
     entry = table.get(plan.runtime)
+    base = plan.runtime.removesuffix("_pp")
+    if entry is None and base in table:  # a table measured without pipelines: the runtime's own stages
+        notes.append(f"profile {model.name!r} has no host cost for the {plan.runtime} runtime; its stages "
+                     f"are priced with the {base} runtime's")
+        entry = table[base]
     if entry is None:
         notes.append(f"profile {model.name!r} has no host cost for the {plan.runtime} runtime; "
                      "its steps are priced by their GPU work alone")

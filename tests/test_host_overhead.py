@@ -14,8 +14,8 @@ def _row(layout: str, layers: int, m: int, s: float) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(("layout", "runtime"), [("1gpu", "eager"), ("dp2", "eager"), ("tp4", "dtensor_tp"),
-                                                 ("fsdp2", "fsdp2"), ("fsdp2xtp2", "fsdp2_tp"), ("pp2", None),
-                                                 ("pp2xtp2", None)])
+                                                 ("fsdp2", "fsdp2"), ("fsdp2xtp2", "fsdp2_tp"), ("pp2", "eager_pp"),
+                                                 ("pp2xtp2", "dtensor_tp_pp"), ("pp2xfsdp2", None)])
 def test_runtime_of_a_layout(layout, runtime):
     assert runtime_of(layout) == runtime
 
@@ -24,7 +24,7 @@ def test_fit_recovers_a_line_and_reports_a_negative_intercept_as_zero():
     # 2 ms per layer and micro-batch, 5 ms per iteration; eager rows 1 ms, -1 ms intercept
     rows = [_row("tp2", L, m, 0.005 + 0.002 * L * m) for L, m in ((4, 4), (8, 4), (4, 8), (8, 8))]
     rows += [_row("1gpu", L, 4, -0.001 + 0.001 * L * 4) for L in (4, 8)]
-    rows += [_row("pp2", 4, 4, 9.0)]  # pipelined: not part of any runtime's fit
+    rows += [_row("pp2xfsdp2", 4, 4, 9.0)]  # FSDP inside a pipeline: no runtime of this table
     t = fit_host_overhead(rows)
     assert set(t) == {"dtensor_tp", "eager"}
     assert t["dtensor_tp"]["per_layer_s"] == pytest.approx(0.002)
@@ -170,3 +170,36 @@ def test_the_update_host_work_hides_behind_the_last_micro_batchs_backlog():
     # a backlog of 3 ms (7 ms GPU) and a 2 ms update: 10 - 3 - 2 = 5 ms of the host's show
     small = _host_fields(prof, _plan(1), 0.002, 0.005, 0.0, 0.0, 0.002, [])
     assert small["host_update_s"] == pytest.approx(0.010 - 0.003 - 0.002)
+
+
+def test_a_pipeline_runtime_grows_with_its_critical_path_and_borrows_the_machines_speed():
+    # eager on two machines (A 0.8x, B 1.25x); the pipelined runtime measured on A only, at 3 ms per
+    # layer-step of its critical path, layers / pp * (m + pp - 1): its line is the kind's, not A's
+    def eager(L: int, m: int) -> float:
+        return 0.010 + 0.002 * L * m
+
+    def piped(L: int, m: int, pp: int) -> float:
+        return 0.001 + 0.003 * L / pp * (m + pp - 1)
+
+    rows = [{**_row("1gpu", L, m, 0.8 * eager(L, m)), "lease": "A"} for L, m in ((4, 4), (8, 4), (8, 8))]
+    rows += [{**_row("dp2", L, m, 1.25 * eager(L, m)), "lease": "B"} for L, m in ((4, 4), (8, 8))]
+    rows += [{**_row(f"pp{pp}", L, m, 0.8 * piped(L, m, pp)), "lease": "A"} for L, m, pp in ((8, 4, 2), (8, 8, 4))]
+    t = fit_host_overhead(rows)
+    assert t["eager"]["lease_factors"] == pytest.approx({"A": 0.8, "B": 1.25}, rel=1e-6)
+    assert t["eager_pp"]["lease_factors"] == pytest.approx({"A": 0.8}, rel=1e-6)
+    assert t["eager_pp"]["per_layer_s"] == pytest.approx(0.003, rel=1e-6)
+    assert t["eager_pp"]["per_iteration_s"] == pytest.approx(0.001, rel=1e-6)
+
+
+def test_a_table_without_the_pipeline_runtime_prices_stages_with_the_plain_one():
+    from trainsim.operators import Parallelism, build_stage_plans
+
+    model = ModelSpec("m", hidden=256, heads=4, layers=4, seq_len=128, vocab=50432)
+    tr = TrainingSpec(micro_batch=1, micro_batches=2, precision="bf16", recompute="none", framework="hf",
+                      zero_stage=0)
+    plan = build_stage_plans(model, tr, Parallelism(pp=2, mp=2))[0]
+    assert plan.runtime == "dtensor_tp_pp"
+    notes: list[str] = []
+    f = _host_fields(_Profile("overlapped"), plan, 0.001, 0.002, 0.0, 0.0, 0.001, notes)
+    assert f["host_fwd_s"] + f["host_bwd_s"] == pytest.approx(0.003 * plan.encoders)
+    assert any("dtensor_tp runtime's" in n for n in notes)
