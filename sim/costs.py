@@ -11,6 +11,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -342,7 +343,13 @@ def _interference(model: DurationModel, plan: StagePlan, bwd: dict[Op, float],
     return {"interference_compute": compute, "interference_dp": im.collective_factor(None, size)}
 
 
-def _compute_factor(im, ops: Sequence, table: dict[Op, float], size: float) -> float | None:
+class _ComputeSlowdown(Protocol):
+    """What _compute_factor needs of a profile's interference model (calibration.interference)."""
+
+    def compute_factor(self, kind: str, coll_bytes: float | None = None) -> float: ...
+
+
+def _compute_factor(im: _ComputeSlowdown, ops: Sequence, table: dict[Op, float], size: float) -> float | None:
     """Compute's slowdown beside a collective of ``size`` bytes: each operator class (GEMM,
     attention, the rest memory-bound) at its measured factor, weighted by its share of the time of
     ``ops`` (None: no time)."""
