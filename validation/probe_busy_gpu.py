@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
-import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import probe_common  # noqa: E402
 import train_hf_parallel as thp  # noqa: E402
 
 
@@ -39,20 +38,12 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
-    from trainsim.calibration.collectives_bench import ensure_multicast_off
-
-    ensure_multicast_off()
-    if "MASTER_ADDR" not in os.environ:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(thp._free_port()), RANK="0", WORLD_SIZE="1")
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    torch.cuda.set_device(device)
-    dist.init_process_group("nccl")
-
     class StreamEnv(thp.Env):
         def sync(self) -> None:  # this stream only: the side stream's load must not be waited for
             torch.cuda.current_stream(self.device).synchronize()
 
-    env = StreamEnv(torch, dist, dist.get_rank(), dist.get_world_size(), device)
+    env = probe_common.start(torch, dist, StreamEnv)
+    device = env.device
     side = torch.cuda.Stream(device)
     a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
     bmat = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
@@ -104,17 +95,8 @@ def main() -> int:
             targs.phase_log = None
             del trainer
             thp.free_memory(env)
-    env.barrier()
-    dist.destroy_process_group()
-    return 0
+    return probe_common.finish(env)
 
 
 if __name__ == "__main__":
-    try:
-        rc = main()
-    except Exception:
-        traceback.print_exc()
-        rc = 1
-    from trainsim.calibration.collectives_bench import exit_skipping_teardown
-
-    exit_skipping_teardown(rc)
+    probe_common.entry(main)

@@ -13,16 +13,15 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import sys
 import tempfile
-import traceback
 from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import probe_common  # noqa: E402
 import train_hf_parallel as thp  # noqa: E402
 
 
@@ -60,15 +59,7 @@ def main() -> int:
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile
 
-    from trainsim.calibration.collectives_bench import ensure_multicast_off
-
-    ensure_multicast_off()
-    if "MASTER_ADDR" not in os.environ:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(thp._free_port()), RANK="0", WORLD_SIZE="1")
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    torch.cuda.set_device(device)
-    dist.init_process_group("nccl")
-    env = thp.Env(torch, dist, dist.get_rank(), dist.get_world_size(), device)
+    env = probe_common.start(torch, dist)
     (shape,) = thp.read_shapes(args.shapes, [args.shape])
     for name in args.layouts.split(","):
         layout = thp.parse_layout(name)
@@ -109,17 +100,8 @@ def main() -> int:
                       f"before {g['before'][:30]:30s} host {g['host'][:2]}", flush=True)
         del trainer
         thp.free_memory(env)
-    env.barrier()
-    dist.destroy_process_group()
-    return 0
+    return probe_common.finish(env)
 
 
 if __name__ == "__main__":
-    try:
-        rc = main()
-    except Exception:
-        traceback.print_exc()
-        rc = 1
-    from trainsim.calibration.collectives_bench import exit_skipping_teardown
-
-    exit_skipping_teardown(rc)
+    probe_common.entry(main)

@@ -18,16 +18,15 @@ import argparse
 import collections
 import gc
 import json
-import os
 import sys
 import time
-import traceback
 import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import probe_common  # noqa: E402
 import train_hf_parallel as thp  # noqa: E402
 
 
@@ -46,15 +45,8 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
-    from trainsim.calibration.collectives_bench import ensure_multicast_off
-
-    ensure_multicast_off()
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if cuda else "gloo")
-    env = thp.Env(torch, dist, dist.get_rank(), dist.get_world_size(), device)
+    env = probe_common.start(torch, dist)
+    cuda, device = env.cuda, env.device
     targs = thp.build_parser().parse_args(["--layouts", "1gpu", "--out", "/dev/null"])
     targs.dtype = "bf16" if cuda else "fp32"
     (shape,) = thp.read_shapes(args.shapes, [args.shape])
@@ -98,17 +90,8 @@ def main() -> int:
                   sites.most_common(6), "allocator per iteration:", alloc, flush=True)
         del trainer
         thp.free_memory(env)
-    env.barrier()
-    dist.destroy_process_group()
-    return 0
+    return probe_common.finish(env)
 
 
 if __name__ == "__main__":
-    try:
-        rc = main()
-    except Exception:
-        traceback.print_exc()
-        rc = 1
-    from trainsim.calibration.collectives_bench import exit_skipping_teardown
-
-    exit_skipping_teardown(rc)
+    probe_common.entry(main)

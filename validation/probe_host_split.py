@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import probe_common  # noqa: E402
 import train_hf_parallel as thp  # noqa: E402
 
 
@@ -75,9 +74,7 @@ def alternate(env, shapes: dict, args, cuda: bool) -> int:
                           f"bwd {split['bwd_s']*1e3:6.2f} ms", flush=True)
         del built
         thp.free_memory(env)
-    env.barrier()
-    env.dist.destroy_process_group()
-    return 0
+    return probe_common.finish(env)
 
 
 def main() -> int:
@@ -94,17 +91,8 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
-    from trainsim.calibration.collectives_bench import ensure_multicast_off
-
-    ensure_multicast_off()
-    if "MASTER_ADDR" not in os.environ:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(thp._free_port()), RANK="0", WORLD_SIZE="1")
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if cuda else "gloo")
-    env = thp.Env(torch, dist, dist.get_rank(), dist.get_world_size(), device)
+    env = probe_common.start(torch, dist)
+    cuda = env.cuda
     shapes = {}
     for f in args.shapes.split(","):
         for s in thp.read_shapes(f):
@@ -135,7 +123,7 @@ def main() -> int:
             if env.rank == 0:
                 row = {"layout": name, "shape": sname, "layers": shape.layers, "micro_batches": shape.micro_batches,
                        "min_s": base, "split": split, "each": each,
-                       "device": torch.cuda.get_device_name(device) if cuda else "cpu"}
+                       "device": torch.cuda.get_device_name(env.device) if cuda else "cpu"}
                 with open(args.out, "a") as fh:
                     fh.write(json.dumps(row) + "\n")
                 print(f"{name:10s} {sname:12s} min {base:.4f}  issue fwd {split['fwd_s']*1e3:7.2f} ms "
@@ -144,17 +132,8 @@ def main() -> int:
                       f"iter {each['iteration_s']:.4f}", flush=True)
             del trainer
             thp.free_memory(env)
-    env.barrier()
-    dist.destroy_process_group()
-    return 0
+    return probe_common.finish(env)
 
 
 if __name__ == "__main__":
-    try:
-        rc = main()
-    except Exception:
-        traceback.print_exc()
-        rc = 1
-    from trainsim.calibration.collectives_bench import exit_skipping_teardown
-
-    exit_skipping_teardown(rc)
+    probe_common.entry(main)

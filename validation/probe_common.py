@@ -1,0 +1,45 @@
+"""What the torchrun probes of validation/ share: start a process group, end it, run ``main``."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import train_hf_parallel as thp
+
+
+def start(torch: Any, dist: Any, env_class: type = thp.Env) -> Any:
+    """This rank's ``Env`` (``env_class``) on its GPU (the CPU and gloo without one), NVLink
+    multicast off, a one-process run given a rendezvous of its own."""
+    from trainsim.calibration.collectives_bench import ensure_multicast_off
+
+    ensure_multicast_off()  # before init_process_group: NCCL reads it at communicator creation
+    if "MASTER_ADDR" not in os.environ:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(thp._free_port()), RANK="0", WORLD_SIZE="1")
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    return env_class(torch, dist, dist.get_rank(), dist.get_world_size(), device)
+
+
+def finish(env: Any) -> int:
+    """Every rank done before any tears down; 0."""
+    env.barrier()
+    env.dist.destroy_process_group()
+    return 0
+
+
+def entry(main: Callable[[], int]) -> None:
+    """Run a probe's ``main`` and exit without NCCL's teardown (a traceback and exit 1 on error)."""
+    try:
+        rc = main()
+    except Exception:
+        traceback.print_exc()
+        rc = 1
+    from trainsim.calibration.collectives_bench import exit_skipping_teardown
+
+    exit_skipping_teardown(rc)
