@@ -5,6 +5,15 @@ A transfer's rate on a link is ``load * nbytes / base_s`` (bytes/s at full speed
 closed-form duration of the transfer alone), capped at the link's capacity (see
 :mod:`sim.network`). When the size is unknown the transfer saturates its tightest link.
 
+A fat tree's uplinks (tiers ``leaf`` and ``spine``, :mod:`topology.fabric`) are not capped: the
+calibrated or closed-form duration knows the NVLink ports and NICs, not an oversubscribed spine,
+so a transfer alone may find an uplink too narrow and slow down there (the network's max-min
+share gives it ``capacity / rate``). Its rate on an uplink is the bytes that leave through the
+NICs at the speed the NICs allow: ``load * nbytes / base_s`` times the factor by which its
+tightest NIC was capped (1 when none was). So an uplink with the line rate of all the NICs
+below it (oversubscription 1) can never be the bottleneck: its load is at most the sum of those
+NICs' loads, and a 1:1 fat tree gives the answers of a full-bisection fabric.
+
 The MP all-reduces of a (stage, replica) go over its MP group's links; the P2P sends of a
 stage boundary over the links of its ``mp`` rank pairs (both directions, per replica); a
 stage's DP all-reduce (per gradient bucket) and all-gather over all its DP groups' links at
@@ -69,12 +78,34 @@ class Routes:
         return out
 
 
+#: Tiers the calibrated durations do not know (see module doc): their rates are not capped.
+FABRIC_TIERS = frozenset({LinkTier.LEAF, LinkTier.SPINE})
+
+
 def _saturating(loads: Mapping[LinkId, float], caps: Mapping[LinkId, float]) -> Rates:
-    """Nominal rates when the message size is unknown: the transfer alone saturates its tightest link."""
+    """Nominal rates when the message size is unknown: the transfer alone saturates its tightest
+    NVLink port or NIC (an uplink it crosses may then be over-subscribed, see module doc)."""
     if not loads:
         return {}
-    scale = min(caps[e] / w for e, w in loads.items() if w > 0)
+    own = [caps[e] / w for e, w in loads.items() if w > 0 and e.tier not in FABRIC_TIERS]
+    scale = min(own) if own else min(caps[e] / w for e, w in loads.items() if w > 0)
     return {e: w * scale for e, w in loads.items() if w > 0}
+
+
+def _member_rates(loads: Mapping[LinkId, float], nbytes: float, base_s: float, caps: Mapping[LinkId, float]) -> Rates:
+    """Nominal rates of a transfer of ``nbytes`` taking ``base_s`` alone: capped at each NVLink port's
+    and NIC's capacity; on an uplink, scaled by its NICs' cap (see module doc)."""
+    rates = {e: min(w * nbytes / base_s, caps[e]) for e, w in loads.items() if w > 0 and e.tier not in FABRIC_TIERS}
+    fabric = [(e, w) for e, w in loads.items() if w > 0 and e.tier in FABRIC_TIERS]
+    if fabric:
+        # How much the NICs slowed the transfer's bytes: the tightest NIC's capped over nominal rate.
+        kappa = 1.0
+        for e, w in loads.items():
+            if w > 0 and e.tier is LinkTier.NIC:
+                kappa = min(kappa, caps[e] / (w * nbytes / base_s))
+        for e, w in fabric:
+            rates[e] = w * nbytes / base_s * kappa
+    return rates
 
 
 def _add(into: Rates, rates: Rates) -> None:
@@ -97,7 +128,7 @@ def build_routes(costs: IterationCosts, cluster: ClusterSpec, chunks: int) -> Ro
     def member_rates(loads: Mapping[LinkId, float], nbytes: float | None, base_s: float) -> Rates:
         if nbytes is None or base_s <= 0:
             return _saturating(loads, caps)
-        return {e: min(w * nbytes / base_s, caps[e]) for e, w in loads.items() if w > 0}
+        return _member_rates(loads, nbytes, base_s, caps)
 
     tiers: dict[tuple[TrafficKind, TierKey], LinkTier] = {}
     mp_routes: dict[tuple[int, int], Rates] = {}

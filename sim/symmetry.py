@@ -26,6 +26,13 @@ for all of them. The guard, :func:`plan`, proves this for a run or declines:
   (several GPUs behind one NIC) would need a representative flow to count ``m`` times, and
   ``m * rate`` is not ``rate + ... + rate`` to the bit: such layouts run in full.
 
+A fat-tree fabric (:mod:`topology.fabric`) needs nothing new: its leaf and spine uplinks are links
+like the others. An uplink that only DP collectives cross (no replica's own route: e.g. PP1 with
+MP inside a node) is a link outside every replica's own routes, loaded alike in both runs, so the
+reduction holds. An uplink on the own routes of two replicas (the P2P sends of the replicas under
+one leaf, a CP or MP ring across leaves) is a shared link, and the guard declines: the run is
+simulated in full, as it is for a shared NIC.
+
 :func:`reduce` makes a run of the representatives from an elaborated :class:`sim.build.Build`:
 ``dp`` of 1, barriers and DP rendezvous that wait for one replica per stage, and the tally of
 replica 0 standing (the same object) for every replica of its stage, so that what

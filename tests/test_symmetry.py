@@ -17,6 +17,7 @@ from trainsim.sim.jitter_config import parse_jitter
 from trainsim.sim.routes import build_routes
 from trainsim.sim.symmetry import isomorphic_replicas
 from trainsim.topology import get_cluster
+from trainsim.topology.fabric import FabricKind, FabricSpec
 
 GPT = ModelSpec("gpt-20b", hidden=6144, heads=64, layers=48, seq_len=2048, fwd_mp_syncs=1, bwd_mp_syncs=2)
 GPT_FLASH = dataclasses.replace(GPT, attention=Attention.FLASH)  # context parallelism needs it
@@ -178,3 +179,43 @@ def test_any_accepted_layout_is_bit_identical(pp, mp, dp, m, cluster, overlap, b
         assert answer(small) == answer(full)
     else:
         assert answer(small) == answer(full) and small.events == full.events
+
+
+# -- a fat-tree fabric (topology.fabric): uplinks shared by replicas ------------------------------------------
+
+def _tree(cluster="perlmutter", **fabric):
+    return dataclasses.replace(get_cluster(cluster), fabric=FabricSpec(kind=FabricKind.FAT_TREE, **fabric))
+
+
+@pytest.mark.parametrize("rail", [False, True])
+def test_fabric_with_uplinks_only_under_dp_collectives_reduces_exactly(rail):
+    # PP1: a replica's own routes are its MP all-reduces (inside its node); only the DP collectives
+    # (one flow over every replica's links, the same in both runs) cross the 4:1 leaf uplinks, which
+    # no replica owns: the guard accepts, and the reduced run is the full one.
+    costs, cl = make(1, 4, 8, 4, _tree(nodes_per_leaf=2, oversubscription=4.0, rail_optimized=rail))
+    routes = build_routes(costs, cl, 1)
+    assert any(e.tier.value == "leaf" for e in routes.dp_ar[0, 0])
+    flat, flat_cl = make(1, 4, 8, 4)
+    for kw in ({}, {"overlap_dp": True}):
+        full = full_run(costs, cl, **kw)
+        small, used = reduced(costs, cl, **kw)
+        assert used and answer(small) == answer(full), kw
+        assert small.iteration_s == pytest.approx(full.iteration_s, rel=1e-9, abs=0)
+        # ... and the uplinks did slow it: the same layout on a full-bisection fabric is faster.
+        assert full_run(flat, flat_cl, **kw).iteration_s < full.iteration_s, kw
+
+
+@pytest.mark.parametrize("rail", [False, True])
+def test_fabric_uplink_on_several_replicas_p2p_runs_in_full(rail):
+    # PP2 MP4 DP4 on 8 Perlmutter nodes, 2 per leaf: stage 0 is nodes 0-3, stage 1 nodes 4-7; the P2P
+    # sends of replicas 0 and 1 (nodes 0, 1 -> 4, 5) both cross leaf 0's uplink (or its rails'):
+    # a link on two replicas' own routes, so the guard declines and the run is the full one.
+    costs, cl = make(2, 4, 4, 4, _tree(nodes_per_leaf=2, oversubscription=2.0, rail_optimized=rail))
+    ctx = build(costs, cl)
+    routes = build_routes(costs, cl, 1)
+    ups = [{e for e in routes.p2p[0, 1, r] if e.tier.value == "leaf"} for r in range(4)]
+    assert ups[0] and ups[0] & ups[1]
+    assert symmetry.plan(ctx) is None and symmetry.reduce(ctx) is ctx
+    full = full_run(costs, cl)
+    small, used = reduced(costs, cl)
+    assert not used and answer(small) == answer(full)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from trainsim.operators.errors import ConfigError, check_number, require_int
+from trainsim.topology.fabric import FULL_BISECTION, FabricSpec, fabric_from_mapping
 from trainsim.topology.hardware import GPU_PRESETS, GPUSpec, get_gpu
 
 DEFAULT_INTRA_LATENCY_S = 4e-6
@@ -27,9 +28,10 @@ class ClusterSpec:
     """Nodes of ``gpus_per_node`` identical GPUs, an NVSwitch per node, NICs into one fabric.
 
     ``nvlink_bw``: bytes/s per GPU per direction into the node's NVSwitch fabric (0 when
-    there is one GPU per node). ``nic_bw``: bytes/s per NIC per direction. The fabric
-    between NICs is assumed to have full bisection bandwidth. ``max_nodes`` is None
-    when the cluster size does not limit the scenarios of interest.
+    there is one GPU per node). ``nic_bw``: bytes/s per NIC per direction. ``fabric``: the
+    switch network between NICs (:mod:`topology.fabric`); full bisection bandwidth unless a
+    fat tree is given. ``max_nodes`` is None when the cluster size does not limit the
+    scenarios of interest.
     """
 
     name: str
@@ -41,10 +43,13 @@ class ClusterSpec:
     nics_per_node: int
     intra_latency_s: float = DEFAULT_INTRA_LATENCY_S
     inter_latency_s: float = DEFAULT_INTER_LATENCY_S
+    fabric: FabricSpec = FULL_BISECTION
 
     def __post_init__(self) -> None:
         if not isinstance(self.gpu, GPUSpec):
             raise ConfigError("cluster.gpu", f"expected a GPUSpec, got {self.gpu!r}")
+        if not isinstance(self.fabric, FabricSpec):
+            raise ConfigError("cluster.fabric", f"expected a FabricSpec, got {self.fabric!r}")
         require_int("cluster.gpus_per_node", self.gpus_per_node)
         require_int("cluster.nics_per_node", self.nics_per_node)
         if self.max_nodes is not None:
@@ -83,35 +88,46 @@ _GBIT = 1e9 / 8  # bytes/s in one Gb/s
 CLUSTER_PRESETS: dict[str, ClusterSpec] = {
     # NERSC Perlmutter GPU node: 4 A100-SXM4, NVLink 3 (12 links x 50 GB/s = 600 GB/s
     # bidirectional per GPU, 300 GB/s each way), 4 HPE Slingshot-11 NICs at 200 Gb/s. The paper
-    # ran up to 32 nodes; the machine is larger, so no limit here.
+    # ran up to 32 nodes; the machine is larger, so no limit here. Fabric: HPE Slingshot-11 in a
+    # dragonfly, not a fat tree; the leaf/spine model does not describe it, so full_bisection
+    # (the global links' taper is not modelled).
     "perlmutter": ClusterSpec("perlmutter", GPU_PRESETS["a100-sxm4-80gb"], gpus_per_node=4, max_nodes=None,
                               nvlink_bw=300e9, nic_bw=200 * _GBIT, nics_per_node=4),
     # TACC Vista GH200 node: one superchip per node (NVLink-C2C links CPU and GPU only), one
-    # NDR InfiniBand NIC at 400 Gb/s.
+    # NDR InfiniBand NIC at 400 Gb/s. Fabric: full_bisection; we have no published
+    # oversubscription figure for Vista's InfiniBand network, so none is assumed.
     "vista": ClusterSpec("vista", GPU_PRESETS["gh200"], gpus_per_node=1, max_nodes=None,
                          nvlink_bw=0.0, nic_bw=400 * _GBIT, nics_per_node=1),
     # NVIDIA DGX H100 user guide: 8 H100 SXM, NVLink 4 at 900 GB/s bidirectional per GPU through
     # NVSwitch, 8 ConnectX-7 NICs at 400 Gb/s NDR (one per GPU) for the compute fabric.
+    # Fabric: the DGX SuperPOD H100 reference architecture's compute network is a rail-optimised,
+    # non-blocking (1:1) fat tree of 32-node scalable units; non-blocking, so full_bisection (a 1:1
+    # fat tree gives the same answers, docs/fabric.md). To study a tapered build, set e.g.
+    # cluster.fabric = {kind: fat_tree, nodes_per_leaf: 32, rail_optimized: true, oversubscription: 2}.
     "dgx-h100": ClusterSpec("dgx-h100", GPU_PRESETS["h100-sxm"], gpus_per_node=8, max_nodes=None,
                             nvlink_bw=450e9, nic_bw=400 * _GBIT, nics_per_node=8),
-    # NVIDIA DGX H200: the DGX H100 chassis with H200 GPUs.
+    # NVIDIA DGX H200: the DGX H100 chassis with H200 GPUs; fabric as dgx-h100 (full_bisection).
     "dgx-h200": ClusterSpec("dgx-h200", GPU_PRESETS["h200"], gpus_per_node=8, max_nodes=None,
                             nvlink_bw=450e9, nic_bw=400 * _GBIT, nics_per_node=8),
     # NVIDIA DGX A100 user guide: 8 A100 80 GB, NVLink 3 via NVSwitch (600 GB/s bidirectional),
-    # 8 ConnectX-6 NICs at 200 Gb/s HDR for the compute fabric.
+    # 8 ConnectX-6 NICs at 200 Gb/s HDR for the compute fabric. Fabric: the DGX SuperPOD A100
+    # reference architecture's compute network is a rail-optimised, non-blocking fat tree of 20-node
+    # scalable units, so full_bisection.
     "dgx-a100": ClusterSpec("dgx-a100", GPU_PRESETS["a100-sxm4-80gb"], gpus_per_node=8, max_nodes=None,
                             nvlink_bw=300e9, nic_bw=200 * _GBIT, nics_per_node=8),
     # NVIDIA HGX H100 / HGX H200 8-GPU baseboards (NVIDIA HGX AI supercomputing platform datasheet):
     # 8 SXM GPUs, NVLink 4 through NVSwitch at 900 GB/s bidirectional per GPU (450 GB/s each way);
     # the server builds on them carry one 400 Gb/s NDR NIC (ConnectX-7) per GPU, 8 per node, for
     # the compute fabric (the reference design's 1:1 GPU-NIC rails). The same figures as the DGX
-    # presets: an HGX system is a DGX-class node from another vendor.
+    # presets: an HGX system is a DGX-class node from another vendor. Fabric: the vendor's build
+    # decides it and none is published for these presets, so full_bisection; give cluster.fabric
+    # for a known tapered network.
     "hgx-h100": ClusterSpec("hgx-h100", GPU_PRESETS["h100-sxm"], gpus_per_node=8, max_nodes=None,
                             nvlink_bw=450e9, nic_bw=400 * _GBIT, nics_per_node=8),
     "hgx-h200": ClusterSpec("hgx-h200", GPU_PRESETS["h200"], gpus_per_node=8, max_nodes=None,
                             nvlink_bw=450e9, nic_bw=400 * _GBIT, nics_per_node=8),
     # One H100 SXM on its own: for single-GPU runs (a 1-GPU job on a DGX preset is rejected
-    # because the layout would not fill a node).
+    # because the layout would not fill a node). Fabric: full_bisection (one node, no network traffic).
     "h100-sxm": ClusterSpec("h100-sxm", GPU_PRESETS["h100-sxm"], gpus_per_node=1, max_nodes=None,
                             nvlink_bw=0.0, nic_bw=400 * _GBIT, nics_per_node=1),
 }
@@ -133,7 +149,7 @@ _SCALED_KEYS: dict[str, tuple[str, float]] = {
     "inter_latency_us": ("inter_latency_s", 1e-6),
 }
 _INT_KEYS = ("gpus_per_node", "nics_per_node", "max_nodes")
-_KNOWN_KEYS = frozenset({"preset", "name", "gpu", *_INT_KEYS, *_SCALED_KEYS})
+_KNOWN_KEYS = frozenset({"preset", "name", "gpu", "fabric", *_INT_KEYS, *_SCALED_KEYS})
 
 
 def cluster_from_mapping(d: Mapping[str, object]) -> ClusterSpec:
@@ -152,6 +168,9 @@ def cluster_from_mapping(d: Mapping[str, object]) -> ClusterSpec:
         nic_gbps          Gb/s (gigabits) line rate of one NIC, per direction
         intra_latency_us  microseconds per intra-node ring step
         inter_latency_us  microseconds per inter-node ring step
+        fabric            the switch network between NICs (topology.fabric.fabric_from_mapping):
+                          {kind: fat_tree, nodes_per_leaf: 32, oversubscription: 2,
+                          rail_optimized: true}; keys not given keep the preset's fabric
 
     Without ``preset`` the section must give ``gpu``, ``gpus_per_node``, ``nic_gbps``,
     ``nics_per_node``, and ``nvlink_gbps`` when ``gpus_per_node > 1``; latencies default to
@@ -182,6 +201,8 @@ def cluster_from_mapping(d: Mapping[str, object]) -> ClusterSpec:
 
     if "preset" in d:
         base = get_cluster(d["preset"])  # type: ignore[arg-type]
+        if "fabric" in d:
+            values["fabric"] = fabric_from_mapping(d["fabric"], base.fabric)
         if "gpus_per_node" in values and "nics_per_node" not in values:
             values["nics_per_node"] = _nics_following(base, values["gpus_per_node"])  # type: ignore[arg-type]
         return _renamed_errors(lambda: replace(base, **values))  # type: ignore[arg-type]
@@ -192,6 +213,8 @@ def cluster_from_mapping(d: Mapping[str, object]) -> ClusterSpec:
     for key in required:
         if key not in d:
             raise ConfigError(f"cluster.{key}", "required when no cluster.preset is given")
+    if "fabric" in d:
+        values["fabric"] = fabric_from_mapping(d["fabric"])
     values.setdefault("name", "custom")
     values.setdefault("max_nodes", None)
     values.setdefault("nvlink_bw", 0.0)

@@ -1,9 +1,10 @@
 """Typed link ids: the tier of a link and the node and GPU or NIC it belongs to.
 
-A :class:`LinkId` is built from its fields by :meth:`LinkId.nvlink` and :meth:`LinkId.nic`
-(the link model makes every id once) and read through them (``link.tier``, ``link.node``,
-``link.gpu``, ``link.nic_index``); nothing parses its text. It *is* also that text (a ``str``
-subclass: ``"nvlink:<rank>"``, ``"nic:<node>.<i>"``, see :mod:`topology.graph`), so
+A :class:`LinkId` is built from its fields by :meth:`LinkId.nvlink`, :meth:`LinkId.nic`,
+:meth:`LinkId.leaf` and :meth:`LinkId.spine` (the link model makes every id once) and read
+through them (``link.tier``, ``link.node``, ``link.gpu``, ``link.nic_index``); nothing parses
+its text. It *is* also that text (a ``str`` subclass: ``"nvlink:<rank>"``, ``"nic:<node>.<i>"``,
+``"leaf:<group>"`` or ``"leaf:<group>.<rail>"``, ``"spine:<pod>"``, see :mod:`topology.graph`), so
 
 * it hashes and compares as the string: dicts keyed by link ids are as fast as with plain
   strings (the network model looks them up millions of times) and a caller may still look
@@ -20,10 +21,14 @@ from typing import Any
 
 
 class LinkTier(str, Enum):
-    """Where a link sits: a GPU's NVLink port into the NVSwitch, or a NIC into the fabric."""
+    """Where a link sits: a GPU's NVLink port into the NVSwitch, a NIC into the fabric, a leaf
+    switch's aggregate uplink into the spines, or a pod's aggregate uplink into the core
+    (the last two only in a fat-tree fabric, :mod:`topology.fabric`)."""
 
     NVLINK = "nvlink"
     NIC = "nic"
+    LEAF = "leaf"
+    SPINE = "spine"
 
     def __str__(self) -> str:
         return self.value
@@ -36,8 +41,10 @@ class LinkId(str):
     """One full-duplex link port (see module doc); immutable, hashable, equal to its text.
 
     ``tier``: :class:`LinkTier`; ``node``: the node it is on (-1 for the fabric, or when parsed
-    from an NVLink port's text, which does not name it); ``number``: the GPU rank of an NVLink
-    port, the NIC's index on its node for a NIC (``gpu`` and ``nic_index`` give the one that applies).
+    from an NVLink port's text, which does not name it; the rail group of a leaf uplink, the pod
+    of a spine uplink); ``number``: the GPU rank of an NVLink port, the NIC's index on its node
+    for a NIC, the rail of a rail-optimised leaf (-1 otherwise, and for a spine uplink)
+    (``gpu`` and ``nic_index`` give the one that applies).
     """
 
     tier: LinkTier
@@ -62,6 +69,18 @@ class LinkId(str):
         return cls(f"nic:{node}.{index}", LinkTier.NIC, node, index)
 
     @classmethod
+    def leaf(cls, group: int, rail: int) -> LinkId:
+        """The aggregate uplink of the leaf of rail group ``group`` (rail ``rail`` of it when the
+        fabric is rail-optimised, -1 when the group's nodes share one leaf)."""
+        text = f"leaf:{group}.{rail}" if rail >= 0 else f"leaf:{group}"
+        return cls(text, LinkTier.LEAF, group, rail)
+
+    @classmethod
+    def spine(cls, pod: int) -> LinkId:
+        """The aggregate uplink of pod ``pod`` into the core of a 3-level fat tree."""
+        return cls(f"spine:{pod}", LinkTier.SPINE, pod, -1)
+
+    @classmethod
     def parse(cls, text: str) -> LinkId:
         """The id a link's text names; ``KeyError`` when it names none."""
         if isinstance(text, LinkId):
@@ -75,6 +94,12 @@ class LinkId(str):
                 node, _, i = rest.partition(".")
                 if node.isdigit() and i.isdigit():
                     return cls.nic(int(node), int(i))
+            if head == "leaf":
+                group, dot, rail = rest.partition(".")
+                if group.isdigit() and (not dot or rail.isdigit()):
+                    return cls.leaf(int(group), int(rail) if dot else -1)
+            if head == "spine" and rest.isdigit():
+                return cls.spine(int(rest))
             if text == "fabric":
                 return FABRIC
         except ValueError:  # pragma: no cover - isdigit() guards int()
