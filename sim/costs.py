@@ -242,16 +242,21 @@ def _fsdp_exposed(plan: StagePlan, ag_layer: float, rs_layer: float, ag_root: fl
     reduce-scatters. In the backward a layer's all-gather and the previous layer's reduce-scatter
     share the communicator, so they queue. Layers are taken as equal (one GradSegment's compute).
 
-    ``slow`` = (forward compute factor, backward compute factor, collective factor): measured
-    compute-communication interference (calibration/interference.py). Where a layer's collectives
-    G (slowed by the collective factor) overlap its compute C, the compute runs at 1/f of its speed
-    while they run, so the layer takes max(G, C + G (1 - 1/f)): beyond C it shows
-    max(G - C, G (1 - 1/f)). The collectives with nothing to overlap run at full speed.
+    ``slow`` = (forward compute factor f, backward compute factor, collective factor g):
+    measured compute-communication interference (calibration/interference.py). A layer's
+    collectives (G seconds alone) and its compute (C alone) start together; while both run,
+    compute goes at 1/f of its speed and the collectives at 1/g, and whichever is left runs at
+    full speed after the other ends. If the collectives end first (G g <= C f) the layer takes
+    C + G g (1 - 1/f); else the compute ends at C f and the collectives' rest, G - C f / g, follows
+    alone. Beyond C that shows G g (1 - 1/f), or G - C + C f (1 - 1/g) (equal where G g = C f;
+    max(0, G - C) when f = g = 1). The collectives with nothing to overlap run at full speed.
     """
     f_fwd, f_bwd, g = slow
 
     def over(coll: float, comp: float, f: float) -> float:
-        return max(coll * g - comp, coll * g * (1.0 - 1.0 / f), 0.0)
+        if coll * g <= comp * f:
+            return coll * g * (1.0 - 1.0 / f)
+        return max(0.0, coll - comp + comp * f * (1.0 - 1.0 / g))
 
     layers = [g for g in plan.grad_segments if g.layer]
     n = len(layers)

@@ -202,13 +202,18 @@ def test_fsdp_interference_slows_what_overlaps_by_hand():
     bwd = {op: 2e-3 for op in fwd}
     c_f = sum(oc.count for oc in seg.ops) * 1e-3
     ag, rs, ag_root, rs_root = 0.5 * c_f, 1e-4, 3e-3, 4e-3
-    # compute at 1/1.25 of its speed while a gather runs, gathers 1.5x slower: each hidden gather of
-    # 1.5 ag costs its layer 1.5 ag (1 - 1/1.25) = 0.3 ag; the first layer's and the root's run alone
+    # compute at 1/1.25 of its speed while a gather runs, gathers 1.5x slower: the gather (1.5 ag
+    # = 0.75 c_f) ends first and costs its layer 1.5 ag (1 - 1/1.25) = 0.3 ag; the first layer's
+    # and the root's run alone
     f, _ = _fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd, (1.25, 1.0, 1.5))
     assert f == pytest.approx(ag_root + ag + (L - 1) * 0.3 * ag)
-    # a gather slowed past the layer's compute shows its excess instead
+    # gathers 3x slower (1.5 c_f): the compute ends first, at 1.25 c_f, having moved 1.25 c_f / 3 of
+    # the gather's work; the rest, ag - 1.25 c_f / 3, runs alone: the layer ends at
+    # 1.25 c_f + 0.5 c_f - 1.25 c_f / 3, i.e. c_f (0.75 - 1/3 + 1.25 - 1) = 0.6667 c_f beyond c_f
     f2, _ = _fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd, (1.25, 1.0, 3.0))
-    assert f2 == pytest.approx(ag_root + ag + (L - 1) * max(3 * ag - c_f, 3 * ag * 0.2))
+    beyond = 1.25 * c_f + (ag - 1.25 * c_f / 3) - c_f
+    assert beyond == pytest.approx(c_f * (0.25 + 0.5 - 1.25 / 3))
+    assert f2 == pytest.approx(ag_root + ag + (L - 1) * beyond)
     assert _fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd, (1.0, 1.0, 1.0)) == \
         _fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd)
 
