@@ -84,6 +84,13 @@ def _require_number(field: str, value: object, positive: bool) -> None:
 
 
 _GBIT = 1e9 / 8  # bytes/s in one Gb/s
+#: What one H100/H200 moves through its NVLink 4 port per direction, measured, not the datasheet's
+#: 450 GB/s: the most any NCCL collective reached on the lent 4x H100 NVSwitch host
+#: (validation/collectives_h100_4gpu: all-reduce over 4 GPUs at 4 GiB, 360 GB/s bus bandwidth; P2P
+#: 368 GB/s). Closed-form collective times and the contention model's port capacity use it; two
+#: collectives on one port at once (validation/concurrent_h100_4gpu) moved 306-337 GB/s together,
+#: so the model still under-prices that contention by 5-32 % (24-40 % at 450 GB/s; docs/multi_gpu.md).
+NVLINK4_MEASURED_BW = 360e9
 
 CLUSTER_PRESETS: dict[str, ClusterSpec] = {
     # NERSC Perlmutter GPU node: 4 A100-SXM4, NVLink 3 (12 links x 50 GB/s = 600 GB/s
@@ -105,10 +112,10 @@ CLUSTER_PRESETS: dict[str, ClusterSpec] = {
     # fat tree gives the same answers, docs/fabric.md). To study a tapered build, set e.g.
     # cluster.fabric = {kind: fat_tree, nodes_per_leaf: 32, rail_optimized: true, oversubscription: 2}.
     "dgx-h100": ClusterSpec("dgx-h100", GPU_PRESETS["h100-sxm"], gpus_per_node=8, max_nodes=None,
-                            nvlink_bw=450e9, nic_bw=400 * _GBIT, nics_per_node=8),
+                            nvlink_bw=NVLINK4_MEASURED_BW, nic_bw=400 * _GBIT, nics_per_node=8),
     # NVIDIA DGX H200: the DGX H100 chassis with H200 GPUs; fabric as dgx-h100 (full_bisection).
     "dgx-h200": ClusterSpec("dgx-h200", GPU_PRESETS["h200"], gpus_per_node=8, max_nodes=None,
-                            nvlink_bw=450e9, nic_bw=400 * _GBIT, nics_per_node=8),
+                            nvlink_bw=NVLINK4_MEASURED_BW, nic_bw=400 * _GBIT, nics_per_node=8),
     # NVIDIA DGX A100 user guide: 8 A100 80 GB, NVLink 3 via NVSwitch (600 GB/s bidirectional),
     # 8 ConnectX-6 NICs at 200 Gb/s HDR for the compute fabric. Fabric: the DGX SuperPOD A100
     # reference architecture's compute network is a rail-optimised, non-blocking fat tree of 20-node
@@ -123,9 +130,9 @@ CLUSTER_PRESETS: dict[str, ClusterSpec] = {
     # decides it and none is published for these presets, so full_bisection; give cluster.fabric
     # for a known tapered network.
     "hgx-h100": ClusterSpec("hgx-h100", GPU_PRESETS["h100-sxm"], gpus_per_node=8, max_nodes=None,
-                            nvlink_bw=450e9, nic_bw=400 * _GBIT, nics_per_node=8),
+                            nvlink_bw=NVLINK4_MEASURED_BW, nic_bw=400 * _GBIT, nics_per_node=8),
     "hgx-h200": ClusterSpec("hgx-h200", GPU_PRESETS["h200"], gpus_per_node=8, max_nodes=None,
-                            nvlink_bw=450e9, nic_bw=400 * _GBIT, nics_per_node=8),
+                            nvlink_bw=NVLINK4_MEASURED_BW, nic_bw=400 * _GBIT, nics_per_node=8),
     # One H100 SXM on its own: for single-GPU runs (a 1-GPU job on a DGX preset is rejected
     # because the layout would not fill a node). Fabric: full_bisection (one node, no network traffic).
     "h100-sxm": ClusterSpec("h100-sxm", GPU_PRESETS["h100-sxm"], gpus_per_node=1, max_nodes=None,
