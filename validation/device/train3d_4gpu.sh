@@ -19,6 +19,7 @@ for shape in $SHAPES; do IFS=: read -r d h L s b m <<<"$shape"
       --pp $pp --mp $mp --dp $dp --hidden $d --heads $h --layers $L --seq $s --micro-batch $b \
       --micro-batches $m --iters 8 --warmup 3 --dtype bf16 --out "$CSV" > "$WORK/log-$lay-$d.txt" 2>&1 \
       || { echo "FAILED $lay $shape"; tail -5 "$WORK/log-$lay-$d.txt"; }
+    cp "$CSV" "$OUT/measured_3d.csv" 2>/dev/null  # what is measured comes back even if the call is cut
   done
 done
 cp "$CSV" "$OUT/measured_3d.csv" 2>/dev/null
