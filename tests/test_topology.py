@@ -40,7 +40,7 @@ def test_preset_figures():
     assert GPU_PRESETS["h200"].mem_bw == 4.8e12
     assert PERL.gpus_per_node == 4 and PERL.nvlink_bw == 300e9 and PERL.nic_bw == 25e9 and PERL.nics_per_node == 4
     assert VISTA.gpus_per_node == 1 and VISTA.nvlink_bw == 0 and VISTA.nic_bw == 50e9
-    assert DGX.nvlink_bw == 450e9 and DGX.nic_bw == 50e9 and DGX.nics_per_node == 8
+    assert DGX.nvlink_bw == 360e9 and DGX.nic_bw == 50e9 and DGX.nics_per_node == 8  # NVLink 4 as measured
     assert get_cluster("dgx-a100").nic_bw == 25e9
     assert get_cluster("h100-sxm").gpus_per_node == 1
     assert PERL.nic_bw_per_gpu == 25e9 and DGX.nic_bw_per_gpu == 50e9
@@ -267,7 +267,7 @@ def test_graph_two_dgx_h100_nodes():
     assert g.number_of_nodes() == 16 + 2 + 16 + 1
     tiers = [t for _, _, t in g.edges(data="tier")]
     assert len(tiers) == 48 and tiers.count("nvlink") == 16 and tiers.count("nic") == 32
-    assert g.edges["gpu9", "nvswitch1"]["capacity"] == 450e9
+    assert g.edges["gpu9", "nvswitch1"]["capacity"] == 360e9
     assert g.edges["gpu9", "nic1.1"]["link"] == "nic:1.1"
     assert g.edges["nic0.3", "fabric"]["capacity"] == 50e9
 
@@ -290,7 +290,7 @@ def test_graph_paths_match_p2p_loads():
 def test_link_model_capacities_and_limits():
     lm = LinkModel(DGX, place(2, 8, 1, 8))
     assert len(lm.capacities) == 16 + 16
-    assert lm.capacities["nvlink:15"] == 450e9 and lm.capacities["nic:1.7"] == 50e9
+    assert lm.capacities["nvlink:15"] == 360e9 and lm.capacities["nic:1.7"] == 50e9
     assert lm.tier("nvlink:3") == "nvlink" and lm.tier("nic:0.2") == "nic"
     small = ClusterSpec("small", DGX.gpu, 8, 1, 450e9, 50e9, 8)
     with pytest.raises(ConfigError) as e:
