@@ -66,18 +66,23 @@ class Plan:
     multiplicity: dict[int, int]  # representative -> replicas it stands for (itself included)
 
 
-def _own_routes(routes: Routes, replica: int) -> list[Rates]:
-    """Replica ``replica``'s own routes, in an order that is the same for every replica."""
-    out: list[Rates] = []
+def _own_routes(routes: Routes, dp: int) -> list[list[Rates]]:
+    """Every replica's own routes, each list in an order that is the same for every replica: its
+    stages' MP and CP routes in stage order, then its P2P routes in the table's order. One pass over
+    the P2P table for all replicas (a pass per replica was dp^2 (pp - 1) work: 1.3 s at dp 1024)."""
     pp = routes.placement.par.pp
-    for s in range(pp):
-        if (s, replica) in routes.mp:
-            out.append(routes.mp[s, replica])
-        if (s, replica) in routes.cp:
-            out.append(routes.cp[s, replica])
+    out: list[list[Rates]] = []
+    for r in range(dp):
+        own: list[Rates] = []
+        for s in range(pp):
+            if (s, r) in routes.mp:
+                own.append(routes.mp[s, r])
+            if (s, r) in routes.cp:
+                own.append(routes.cp[s, r])
+        out.append(own)
     for key, rates in routes.p2p.items():
-        if key[2] == replica:
-            out.append(rates)
+        if 0 <= key[2] < dp:
+            out[key[2]].append(rates)
     return out
 
 
@@ -149,7 +154,7 @@ def plan(ctx: Build) -> Plan | None:
         return None
     routes = ctx.routes
     if routes is not None:
-        own = [_own_routes(routes, r) for r in range(dp)]
+        own = _own_routes(routes, dp)
         shared = [*routes.dp_ar.values(), *routes.dp_ag.values()]
         tiers = {e: e.tier for routes_r in own for rates in routes_r for e in rates}
         if not isomorphic_replicas(own, shared, routes.capacities, tiers):
