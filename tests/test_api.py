@@ -107,6 +107,17 @@ def test_sweep_ranks_layouts_and_explains_skips(small):
     assert res.to_dict()["layouts_tried"] == len(res.rows) + len(res.result.skipped)
 
 
+def test_sweep_takes_the_cli_options_and_gives_the_cli_answer(small):
+    full = trainsim.sweep(small, pp=[1, 2], mp=[1, 4], micro_batch=[1, 2], schedule=["1f1b", "gpipe"])
+    pruned = trainsim.sweep(small, pp=[1, 2], mp=[1, 4], micro_batch=[1, 2], schedule=["1f1b", "gpipe"], top=2,
+                            jobs=2)
+    # branch and bound keeps the best two exactly; both schedules and micro-batch sizes were tried
+    assert [(r.name, r.simulated_s) for r in pruned.rows[:2]] == [(r.name, r.simulated_s) for r in full.rows[:2]]
+    assert {r.schedule for r in full.rows} == {"1f1b", "gpipe"} and {r.micro_batch for r in full.rows} == {1, 2}
+    with pytest.raises(trainsim.ConfigError, match="schedule"):
+        trainsim.sweep(small, schedule=["zigzag"])
+
+
 def test_api_example_in_the_readme_runs(tmp_path):
     text = (ROOT / "README.md").read_text()
     start = text.index("```python\n", text.index("## Python API")) + len("```python\n")

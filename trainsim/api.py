@@ -299,22 +299,33 @@ class Sweep:
 
 def sweep(scenario: ScenarioLike, *, pp: Collection[int] | None = None, mp: Collection[int] | None = None,
           cp: Collection[int] | None = None, sequence_parallel: Collection[bool] | None = None,
+          micro_batch: Collection[int] | None = None, schedule: Collection[str] | None = None,
+          top: int | None = None, jobs: int = 1, dask: Any = None,
           progress: ProgressCallback | None = None, reference_data: str | None = None,
           cache_dir: str | None = None, max_events: int | None = None) -> Sweep:
     """Predict and memory-check every layout ``pp * mp * dp * cp`` of the scenario's GPU count, and
     simulate those that fit.
 
     ``cp``: context-parallel degrees to try (default the scenario's); ``sequence_parallel``: the
-    settings to try, e.g. ``(False, True)`` (default the scenario's). The global batch is kept
-    (micro-batches per replica follow dp); layouts the model, the cluster or the resource guard
-    refuse are listed in ``result.skipped`` with the reason.
+    settings to try, e.g. ``(False, True)`` (default the scenario's); ``micro_batch``: micro-batch
+    sizes (the global batch is kept: micro-batches per replica follow b and dp); ``schedule``:
+    ``"1f1b"``, ``"gpipe"``, ``"interleaved-1f1b"`` or ``"interleaved-1f1b:V"`` (what ``trainsim
+    sweep --schedule`` takes). ``top``: simulate only what can still enter the best ``top`` (branch
+    and bound on :func:`sim.bound.lower_bound`; None: every layout that fits). ``jobs`` worker
+    processes, or ``dask`` (a scheduler address, ``"local"`` or a ``distributed.Client``). Layouts the
+    model, the cluster or the resource guard refuse are listed in ``result.skipped`` with the reason.
     """
-    from trainsim.scenarios.sweep import sweep_layouts
+    from trainsim.scenarios.sweep import parse_schedules, sweep_layouts
 
     sc = _scenario(scenario)
     res = sweep_layouts(sc, pps=None if pp is None else sorted(set(pp)), mps=None if mp is None else sorted(set(mp)),
                         cps=None if cp is None else sorted(set(cp)),
                         sps=None if sequence_parallel is None else list(dict.fromkeys(sequence_parallel)),
+                        micro_batches=None if micro_batch is None else sorted(set(micro_batch)),
+                        schedules=None if schedule is None else parse_schedules(
+                            list(schedule), sc.parallelism.virtual_stages if sc.parallelism.virtual_stages > 1 else 2,
+                            option="schedule"),
+                        top=top, jobs=jobs, dask=dask,
                         reference_data=reference_data, cache_dir=cache_dir, progress=progress,
                         check=lambda s: _guard(s, max_events))
     return Sweep(res)
