@@ -63,14 +63,10 @@ def main() -> int:
     for sname in args.only.split(","):
         shape = shapes[sname]
         for name in args.layouts.split(","):
-            layout = thp.parse_layout(name)
-            if layout.world != env.world:
+            built = probe_common.warm_trainer(env, name, shape, 2)
+            if built is None:
                 continue
-            targs = thp.build_parser().parse_args(["--layouts", name, "--out", "/dev/null"])
-            targs.dtype = "bf16"
-            trainer = thp.build_trainer(env, layout, shape, targs)
-            for _ in range(2):
-                trainer.step()
+            targs, trainer = built
             for mode in ("idle", "busy", "idle2", "busy2"):
                 targs.phase_log, targs.phase_sync = [], "before"
                 walls = []

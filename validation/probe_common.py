@@ -43,3 +43,17 @@ def entry(main: Callable[[], int]) -> None:
     from trainsim.calibration.collectives_bench import exit_skipping_teardown
 
     exit_skipping_teardown(rc)
+
+
+def warm_trainer(env: Any, name: str, shape: Any, steps: int) -> tuple[Any, Any] | None:
+    """(its arguments, the trainer) of layout ``name`` on ``shape`` after ``steps`` warm-up
+    iterations (bf16 on GPUs, fp32 on the CPU); None when the layout needs another world size."""
+    layout = thp.parse_layout(name)
+    if layout.world != env.world:
+        return None
+    targs = thp.build_parser().parse_args(["--layouts", name, "--out", "/dev/null"])
+    targs.dtype = "bf16" if env.cuda else "fp32"
+    trainer = thp.build_trainer(env, layout, shape, targs)
+    for _ in range(steps):
+        trainer.step()
+    return targs, trainer

@@ -62,14 +62,10 @@ def main() -> int:
     env = probe_common.start(torch, dist)
     (shape,) = thp.read_shapes(args.shapes, [args.shape])
     for name in args.layouts.split(","):
-        layout = thp.parse_layout(name)
-        if layout.world != env.world:
+        built = probe_common.warm_trainer(env, name, shape, 3)
+        if built is None:
             continue
-        targs = thp.build_parser().parse_args(["--layouts", name, "--out", "/dev/null"])
-        targs.dtype = "bf16"
-        trainer = thp.build_trainer(env, layout, shape, targs)
-        for _ in range(3):
-            trainer.step()
+        trainer = built[1]
         plain = min(env.timed_step(trainer)[0] for _ in range(4))
         env.barrier()
         env.sync()

@@ -47,16 +47,12 @@ def main() -> int:
 
     env = probe_common.start(torch, dist)
     cuda, device = env.cuda, env.device
-    targs = thp.build_parser().parse_args(["--layouts", "1gpu", "--out", "/dev/null"])
-    targs.dtype = "bf16" if cuda else "fp32"
     (shape,) = thp.read_shapes(args.shapes, [args.shape])
     for name in args.layouts.split(","):
-        layout = thp.parse_layout(name)
-        if layout.world != env.world:
+        made = probe_common.warm_trainer(env, name, shape, 3)
+        if made is None:
             continue
-        trainer = thp.build_trainer(env, layout, shape, targs)
-        for _ in range(3):
-            trainer.step()
+        trainer = made[1]
         keys = ("num_alloc_retries", "num_sync_all_streams", "num_device_alloc", "num_device_free")
         before = {k: torch.cuda.memory_stats(device).get(k, 0) for k in keys} if cuda else {}
         base = timed(env, trainer, args.iters)

@@ -49,17 +49,13 @@ def phases(env, trainer, targs, mode: str, iters: int) -> dict:
 
 def alternate(env, shapes: dict, args, cuda: bool) -> int:
     for name in args.layouts.split(","):
-        layout = thp.parse_layout(name)
-        if layout.world != env.world:
+        if thp.parse_layout(name).world != env.world:
             continue
         built = []
         for sname in args.only.split(","):
-            targs = thp.build_parser().parse_args(["--layouts", name, "--out", "/dev/null"])
-            targs.dtype = "bf16" if cuda else "fp32"
-            trainer = thp.build_trainer(env, layout, shapes[sname], targs)
-            for _ in range(2):
-                trainer.step()
-            built.append((sname, targs, trainer))
+            made = probe_common.warm_trainer(env, name, shapes[sname], 2)
+            assert made is not None
+            built.append((sname, *made))
         for rnd in range(args.alternate):
             for sname, targs, trainer in built:
                 base = min(env.timed_step(trainer)[0] for _ in range(2))
@@ -107,14 +103,10 @@ def main() -> int:
     for sname in args.only.split(","):
         shape = shapes[sname]
         for name in args.layouts.split(","):
-            layout = thp.parse_layout(name)
-            if layout.world != env.world or (name, sname) in done:
+            made = None if (name, sname) in done else probe_common.warm_trainer(env, name, shape, 2)
+            if made is None:
                 continue
-            targs = thp.build_parser().parse_args(["--layouts", name, "--out", "/dev/null"])
-            targs.dtype = "bf16" if cuda else "fp32"
-            trainer = thp.build_trainer(env, layout, shape, targs)
-            for _ in range(2):
-                trainer.step()
+            targs, trainer = made
             base = min(env.timed_step(trainer)[0] for _ in range(args.iters))
             targs.phase_log = []
             split = phases(env, trainer, targs, "before", args.iters)
