@@ -7,6 +7,7 @@ file path for files) so the CLI can print one line and exit with status 2.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 
 
 class ConfigError(ValueError):
@@ -49,6 +50,14 @@ def show(value: object, limit: int = 60) -> str:
         except Exception:  # noqa: BLE001 - a message must never fail
             text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def check_keys(section: str, mapping: Mapping[object, object], known: Sequence[str]) -> None:
+    """Refuse a key of ``mapping`` (the ``section`` of a scenario) that is not in ``known``, naming it
+    and listing ``known`` in the order given."""
+    for key in mapping:
+        if key not in known:
+            raise ConfigError(f"{section}.{key}", f"unknown key; known: {', '.join(known)}")
 
 
 def check_number(field: str, value: object, *, integer: bool = False, minimum: float | None = None,

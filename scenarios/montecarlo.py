@@ -24,11 +24,7 @@ Congestion is its own source: an episode slows every kind of traffic on its link
 
 from __future__ import annotations
 
-import itertools
 import math
-import multiprocessing
-import os
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from trainsim.operators.errors import ConfigError
+from trainsim.scenarios.forking import ForkedPool, can_fork
 from trainsim.scenarios.progress import Progress, ProgressCallback
 from trainsim.sim.costs import IterationCosts
 from trainsim.sim.jitter import Jitter
@@ -157,7 +154,7 @@ def _execute(tasks: list[tuple[Jitter | None, list[int]]], *, simulate: Callable
             out.append(_run_chunk(simulate, costs, cluster, jit, seeds, mode))
             done(len(seeds))
         return out
-    if _can_fork():
+    if can_fork():
         return _execute_forked(tasks, simulate, costs, cluster, mode, jobs, done)
     from joblib import Parallel, delayed
 
@@ -170,27 +167,10 @@ def _execute(tasks: list[tuple[Jitter | None, list[int]]], *, simulate: Callable
     return out
 
 
-#: What forked workers run, per pool: (simulate, costs, cluster, mode, tasks); an entry lives as long as its pool.
-_FORKED: dict[int, tuple[Callable[..., Any], IterationCosts, ClusterSpec, str,
-                         list[tuple[Jitter | None, list[int]]]]] = {}
-_POOLS = itertools.count()
-
-
-def _can_fork() -> bool:
-    """Fork workers: on Linux (fork is safe and the default there), not from a daemonic worker."""
-    return (sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
-            and not multiprocessing.current_process().daemon)
-
-
-def _forked_init() -> None:
-    """A forked worker's own stderr (the same file): the parent's stream object may have been mid-write
-    on another thread (a progress heartbeat) at the fork, its lock held for good in this copy."""
-    sys.stderr = open(os.dup(2), "w", buffering=1)  # lives as long as the worker
-
-
-def _forked_chunk(pool: int, i: int) -> np.ndarray:
-    """Task ``i`` of pool ``pool``'s payload, in a forked worker (which inherited :data:`_FORKED`)."""
-    simulate, costs, cluster, mode, tasks = _FORKED[pool]
+def _forked_chunk(payload: tuple[Callable[..., Any], IterationCosts, ClusterSpec, str,
+                                  list[tuple[Jitter | None, list[int]]]], i: int) -> np.ndarray:
+    """Task ``i`` of the payload (simulate, costs, cluster, mode, tasks), in a forked worker."""
+    simulate, costs, cluster, mode, tasks = payload
     jit, seeds = tasks[i]
     return _run_chunk(simulate, costs, cluster, jit, seeds, mode)
 
@@ -198,24 +178,18 @@ def _forked_chunk(pool: int, i: int) -> np.ndarray:
 def _execute_forked(tasks: list[tuple[Jitter | None, list[int]]], simulate: Callable[..., Any],
                     costs: IterationCosts, cluster: ClusterSpec, mode: str, jobs: int,
                     done: ProgressCallback) -> list[np.ndarray]:
-    """The joblib backend's work on ``jobs`` forked processes: the payload is inherited, not pickled
-    (only task indices go out and rows come back), and nothing is imported again. Results in task
-    order, ``done`` after each in that order, as joblib's ordered generator gives them."""
-    from concurrent.futures import ProcessPoolExecutor
-
-    pool = next(_POOLS)
-    _FORKED[pool] = (simulate, costs, cluster, mode, tasks)
-    ex = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("fork"),
-                             initializer=_forked_init)
+    """The joblib backend's work on ``jobs`` forked processes (:class:`scenarios.forking.ForkedPool`:
+    the payload is inherited, not pickled). Results in task order, ``done`` after each in that order,
+    as joblib's ordered generator gives them."""
+    pool = ForkedPool((simulate, costs, cluster, mode, tasks), min(jobs, len(tasks)))
     try:
         out = []
-        for (_, seeds), res in zip(tasks, ex.map(_forked_chunk, [pool] * len(tasks), range(len(tasks))), strict=True):
+        for (_, seeds), res in zip(tasks, pool.map(_forked_chunk, range(len(tasks))), strict=True):
             out.append(res)
             done(len(seeds))
         return out
     finally:
-        ex.shutdown(wait=True, cancel_futures=True)
-        del _FORKED[pool]
+        pool.close()
 
 
 def _execute_dask(tasks: list[tuple[Jitter | None, list[int]]], simulate: Callable[..., Any],

@@ -36,17 +36,16 @@ simulations past the stopping point are dropped. Every layout's result depends o
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
-import multiprocessing
-import os
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from trainsim.operators import ConfigError
 from trainsim.operators.spec import Schedule
+from trainsim.scenarios.forking import ForkedPool, can_fork
 from trainsim.scenarios.schema import Scenario
 
 #: progress units each candidate reports: one when evaluated, one when simulated or pruned
@@ -345,58 +344,38 @@ class _Lazy:
         return True
 
 
-#: What forked workers read, per pool: (job, candidates); an entry lives as long as its pool.
-_FORKED: dict[int, tuple[_Job, Sequence[Candidate]]] = {}
-_POOLS = itertools.count()
-
-
-def _forked_task(pool: int, fn: Callable[[_Job, Candidate], Any], i: int) -> Any:
-    job, cands = _FORKED[pool]
+def _on_candidate(fn: Callable[[_Job, Candidate], Any], payload: tuple[_Job, Sequence[Candidate]], i: int) -> Any:
+    """``fn`` on candidate ``i`` of a forked worker's inherited (job, candidates)."""
+    job, cands = payload
     return fn(job, cands[i])
 
 
-def _forked_init() -> None:
-    # as scenarios.montecarlo._forked_init: the parent's stderr object may have been locked mid-write at the fork
-    sys.stderr = open(os.dup(2), "w", buffering=1)  # lives as long as the worker
-
-
-def _can_fork() -> bool:
-    return (sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
-            and not multiprocessing.current_process().daemon)
-
-
 class _Forked:
-    """``jobs`` forked processes that inherit the job and the candidates (only indices travel)."""
+    """``jobs`` forked processes that inherit the job and the candidates (only indices travel:
+    :class:`scenarios.forking.ForkedPool`)."""
 
     def __init__(self, job: _Job, cands: Sequence[Candidate], jobs: int) -> None:
-        from concurrent.futures import ProcessPoolExecutor
-
-        self.pool = next(_POOLS)
-        _FORKED[self.pool] = (job, cands)
         self.jobs = jobs
-        self.ex = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"),
-                                      initializer=_forked_init)
+        self.workers = ForkedPool((job, cands), jobs)
 
     def map(self, fn: Callable[[_Job, Candidate], Any], idx: Sequence[int]) -> Any:
         chunk = max(1, min(16, len(idx) // (4 * self.jobs)))
-        return self.ex.map(_forked_task, [self.pool] * len(idx), [fn] * len(idx), idx, chunksize=chunk)
+        return self.workers.map(functools.partial(_on_candidate, fn), idx, chunksize=chunk)
 
     def submit(self, fn: Callable[[_Job, Candidate], Any], i: int) -> Any:
-        return self.ex.submit(_forked_task, self.pool, fn, i)
+        return self.workers.submit(functools.partial(_on_candidate, fn), i)
 
     def close(self) -> None:
-        self.ex.shutdown(wait=True, cancel_futures=True)
-        _FORKED.pop(self.pool, None)
+        self.workers.close()
 
 
-class _Spawned(_Forked):
+class _Spawned:
     """Where fork is not available: a process pool that receives the job with each task."""
 
     def __init__(self, job: _Job, cands: Sequence[Candidate], jobs: int) -> None:
         from concurrent.futures import ProcessPoolExecutor
 
         self.job, self.cands, self.jobs = job, cands, jobs
-        self.pool = -1
         self.ex = ProcessPoolExecutor(max_workers=jobs)
 
     def map(self, fn: Callable[[_Job, Candidate], Any], idx: Sequence[int]) -> Any:
@@ -404,6 +383,9 @@ class _Spawned(_Forked):
 
     def submit(self, fn: Callable[[_Job, Candidate], Any], i: int) -> Any:
         return self.ex.submit(fn, self.job, self.cands[i])
+
+    def close(self) -> None:
+        self.ex.shutdown(wait=True, cancel_futures=True)
 
 
 class _Dask:
@@ -453,7 +435,7 @@ def _executor(job: _Job, cands: Sequence[Candidate], jobs: int, dask: Any) -> An
         return _Dask(job, cands, jobs, dask)
     if jobs == 1:
         return _Serial(job, cands)
-    return _Forked(job, cands, jobs) if _can_fork() else _Spawned(job, cands, jobs)
+    return _Forked(job, cands, jobs) if can_fork() else _Spawned(job, cands, jobs)
 
 
 def _no_progress(n: int) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from trainsim.operators.errors import ConfigError, check_number, require_int
+from trainsim.operators.errors import ConfigError, check_keys, check_number, require_int
 from trainsim.topology.fabric import FULL_BISECTION, FabricSpec, fabric_from_mapping
 from trainsim.topology.hardware import GPU_PRESETS, GPUSpec, get_gpu
 
@@ -185,9 +185,7 @@ def cluster_from_mapping(d: Mapping[str, object]) -> ClusterSpec:
     """
     if not isinstance(d, Mapping):
         raise ConfigError("cluster", f"expected a mapping, got {type(d).__name__}")
-    for key in d:
-        if key not in _KNOWN_KEYS:
-            raise ConfigError(f"cluster.{key}", f"unknown key; known: {', '.join(sorted(_KNOWN_KEYS))}")
+    check_keys("cluster", d, sorted(_KNOWN_KEYS))
 
     values: dict[str, object] = {}
     for key in _INT_KEYS:

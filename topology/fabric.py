@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from enum import Enum
 
-from trainsim.operators.errors import ConfigError, check_number, require_int, show
+from trainsim.operators.errors import ConfigError, check_keys, check_number, require_int, show
 
 
 class FabricKind(str, Enum):
@@ -146,9 +146,7 @@ def fabric_from_mapping(d: object, base: FabricSpec = FULL_BISECTION) -> FabricS
         d = {"kind": d}
     if not isinstance(d, Mapping):
         raise ConfigError("cluster.fabric", f"expected a mapping (kind, nodes_per_leaf, ...), got {show(d)}")
-    for key in d:
-        if key not in _KEYS:
-            raise ConfigError(f"cluster.fabric.{key}", f"unknown key; known: {', '.join(_KEYS)}")
+    check_keys("cluster.fabric", d, _KEYS)
     values: dict[str, object] = {}
     if "kind" in d:
         kind = d["kind"]
