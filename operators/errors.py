@@ -7,7 +7,7 @@ file path for files) so the CLI can print one line and exit with status 2.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 
 class ConfigError(ValueError):
@@ -52,9 +52,9 @@ def show(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def check_keys(section: str, mapping: Mapping[object, object], known: Sequence[str]) -> None:
-    """Refuse a key of ``mapping`` (the ``section`` of a scenario) that is not in ``known``, naming it
-    and listing ``known`` in the order given."""
+def check_keys(section: str, mapping: Iterable[object], known: Sequence[str]) -> None:
+    """Refuse a key of ``mapping`` (the ``section`` of a scenario; iterating it gives its keys) that is
+    not in ``known``, naming it and listing ``known`` in the order given."""
     for key in mapping:
         if key not in known:
             raise ConfigError(f"{section}.{key}", f"unknown key; known: {', '.join(known)}")
