@@ -13,6 +13,9 @@
 #      64, GQA, SwiGLU widths, vocabulary to 256k; Megatron, SwiGLU and FP8 kinds)
 #   4. a short table: rows per kind, median efficiency against the datasheet roofline
 #
+# STEPS=a runs only the H200's validation runs and paper box, STEPS=b only its SwiGLU/FP8 and broad box
+# (two GPUs of one host, one half each: validation/device/h200_or_machine.sh); default: all.
+#
 # Every calibrate call stops starting rows at the shared deadline (DEADLINE_S, default 530 s after
 # the start), so one call of the script stays under 10 minutes; what is left is measured by a re-run.
 set -u
@@ -56,18 +59,29 @@ cal() {  # cal <log name> <calibrate args...>
   timeout $(( budget + 40 )) python3 -m trainsim calibrate --out "$W" --max-gib 60 --time-budget "$budget" -q "$@" > "$W/$n.log" 2>&1
   echo "$n: exit $? at $(( $(date +%s) - t0 )) s: $(tail -1 "$W/$n.log")"
 }
-if [ "$GPU" = h200 ]; then
+STEPS=${STEPS:-all}
+if [ "$GPU" = h200 ] && [ "$STEPS" != b ]; then
   # the single-GPU HF GPT-NeoX runs `trainsim validate` compares with, on this GPU (about 3 min)
   if [ ! -f "$W/measured_h200.csv" ] || [ "$(wc -l < "$W/measured_h200.csv")" -lt 13 ]; then
     timeout 240 python3 validation/train_gptneox.py --out "$W/measured_h200.csv" > "$W/train.log" 2>&1
     echo "train_gptneox exit $? at $(( $(date +%s) - t0 )) s: $(wc -l < "$W/measured_h200.csv") lines"
   fi
+  # and the configurations no profile was sampled at (validation/configs_unseen*.csv), for the unseen check
+  for u in unseen unseen2; do
+    if [ ! -f "$W/measured_${u}_h200.csv" ]; then
+      timeout 150 python3 validation/train_gptneox.py --configs "validation/configs_$u.csv" --time-budget 100 \
+        --out "$W/measured_${u}_h200.csv" > "$W/train_$u.log" 2>&1
+      echo "train_gptneox $u exit $? at $(( $(date +%s) - t0 )) s"
+    fi
+  done
   # a new profile: every kind timed on the GPU alone (--gpu-time, docs/efficiency.md)
   cal paper --ops all --configs validation/configs.csv --points 96 --seed 0 --gpu-time
+fi
+if [ "$GPU" = h200 ] && [ "$STEPS" != a ]; then
   cal fp8_swiglu --ops swiglu,fp8 --points 64 --seed 2 --gpu-time
 fi
 # the H100's broad samples were timed the old way (they are large, GPU-bound shapes); a new H200 profile's GPU-only
-cal broad --ops megatron,swiglu,fp8 --box broad --points "${BROAD_POINTS:-128}" --seed 5 $( [ "$GPU" = h200 ] && echo --gpu-time )
+[ "$STEPS" != a ] && cal broad --ops megatron,swiglu,fp8 --box broad --points "${BROAD_POINTS:-128}" --seed 5 $( [ "$GPU" = h200 ] && echo --gpu-time )
 mkdir -p "$R/$GPU" && cp -r "$W"/. "$R/$GPU/"
 
 python3 - "$W" <<'PY'
