@@ -155,6 +155,10 @@ def read_rows(paths: Sequence[str]) -> list[dict[str, str]]:
         missing = {"layout", "layers", "micro_batches", "min_s", "device"} - set(got[0] if got else {})
         if missing:
             raise ConfigError(p, f"missing columns: {', '.join(sorted(missing))}")
+        for i, r in enumerate(got, start=2):
+            if None in r.values() or None in r:  # csv.DictReader's fill for a short or long row
+                raise ConfigError(f"{p}:{i}", f"has {len([v for v in r.values() if v is not None])} fields, "
+                                  f"the header {len(got[0])}")
         rows += got
     return rows
 
