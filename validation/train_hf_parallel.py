@@ -440,10 +440,18 @@ def build_trainer(env: Env, layout: Layout, shape: Shape, args) -> Trainer:
             fully_shard(layer, mesh=dp_mesh)
         fully_shard(model, mesh=dp_mesh)
     net = model
-    if layout.dp > 1:
+    ddp = False
+    # validation/probe_ddp.py's variants (absent in a measured run): DDP's keyword arguments, a comm hook,
+    # no DDP at all (each rank trains alone: one GPU's work beside another), no no_sync
+    if layout.dp > 1 and not getattr(args, "ddp_off", False):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        net = DDP(model, device_ids=[env.device.index] if env.cuda else None, bucket_cap_mb=25)
+        net = DDP(model, device_ids=[env.device.index] if env.cuda else None, bucket_cap_mb=25,
+                  **(getattr(args, "ddp_kwargs", None) or {}))
+        if getattr(args, "ddp_comm_hook", None) is not None:
+            net.register_comm_hook(None, args.ddp_comm_hook)
+        ddp = True
+    sync_every = bool(getattr(args, "ddp_sync_every", False))
     opt = make_opt(model.parameters())
     micro = [batch[i * b:(i + 1) * b] for i in range(m)]
 
@@ -478,7 +486,7 @@ def build_trainer(env: Env, layout: Layout, shape: Shape, args) -> Trainer:
         phase_log, phase_sync = getattr(args, "phase_log", None), getattr(args, "phase_sync", "before")
         for i, x in enumerate(micro):
             # DDP: skip the all-reduce for all but the last micro-batch; its backward overlaps it
-            sync = contextlib.nullcontext() if layout.dp == 1 or i == m - 1 else net.no_sync()
+            sync = contextlib.nullcontext() if not ddp or sync_every or i == m - 1 else net.no_sync()
             with sync:
                 losses.append(micro_step(x))
         if phase_log is not None:
