@@ -112,10 +112,11 @@ class StagePlan:
     p2p_entries: int  # b*l*d/mp activations sent to the next stage (0 when pp == 1)
     params: int  # parameters held by one MP rank (Table III)
     optimizer: Op
-    # framework "hf": fp32 gradient accumulation, run ``grad_accum_count`` (= m - 1) times per
-    # update (the first micro-batch's gradients are assigned, not added). Direction "update".
+    # framework "hf": fp32 gradient accumulation, run ``grad_accum_count`` (= m - 1, plus the
+    # runtime's own passes over the gradients, in accumulation passes' worth) times per update (the
+    # first micro-batch's gradients are assigned, not added). Direction "update".
     grad_accum: Op | None = None
-    grad_accum_count: int = 0
+    grad_accum_count: float = 0
     # MP collectives of unequal sizes (framework "hf": DTensor moves bf16 activations forward and
     # fp32 gradients backward): (entries, count) per micro-batch. Empty: ``mp_allreduces_fwd`` /
     # ``_bwd`` all-reduces of ``mp_allreduce_entries`` each (Megatron).
