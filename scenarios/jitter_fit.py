@@ -49,7 +49,7 @@ from trainsim.sim.jitter import FIELD, Jitter
 from trainsim.sim.jitter_config import JITTER_PRESETS, parse_jitter
 from trainsim.topology import ClusterSpec
 
-LIB_SIGMAS = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5)  # NIC sigma grid of the emulator (its upper bound too)
+LIB_SIGMAS = (0.0, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)  # NIC per-message sigma grid of the emulator (its upper bound too)
 LIB_SEEDS = 30  # seeds per sigma
 B_GRID = (1.0, 0.7, 0.5, 0.35, 0.25, 0.18, 0.12, 0.08, 0.05)  # bandwidth factors of the slowdown curve
 ON_RANGE = (0.1, 100.0)  # mean episode length searched, in deterministic iteration times of the layouts

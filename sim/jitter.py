@@ -8,7 +8,8 @@ Configured under ``simulation.jitter`` in a scenario (every key also via
         preset: vista-busy         # optional: a preset of sim.jitter_presets; explicit keys override it
         noise:                     # per message (transfer) on a link tier: the machine, not the layout
           nic:                     # link tier: nic (inter-node) or nvlink (intra-node)
-            sigma: 0.25            # dimensionless; factor = exp(N(-sigma^2/2, sigma)), so E[factor] = 1
+            sigma: 0.25            # dimensionless, per message; factor = exp(N(-sigma^2/2, sigma)), E[factor] = 1
+            message_bytes: 524288  # optional: bytes of one message (NCCL Simple protocol's step: 4 MiB / 8)
             kinds: {mp: 0.3}       # optional per traffic kind: mp, pp, dp_allreduce, dp_allgather (dp = both)
             tail:                  # optional heavy tail: with this probability per message, the factor is
               probability: 0.001   #   multiplied by a Pareto(alpha) draw >= 1
@@ -67,10 +68,19 @@ FIELD = "simulation.jitter"
 
 @dataclass(frozen=True)
 class TierNoise:
-    """Noise on the transfers (messages) of one link tier.
+    """Noise on the messages of one link tier.
 
-    The body is a mean-preserving lognormal factor (``sigma``; ``kinds`` overrides it per traffic
-    kind). The optional heavy tail: with probability ``tail_probability`` per message the factor is
+    The body is a mean-preserving lognormal factor per *message* (``sigma``; ``kinds`` overrides it
+    per traffic kind). A message is what NCCL moves through a link in one pipeline step of its Simple
+    protocol: ``message_bytes``, by default its 4 MiB buffer over its 8 steps, 512 KiB. A transfer that
+    moves ``B`` bytes through its busiest link is ``n = ceil(B / message_bytes)`` messages one after
+    another, each with its own factor, so its time is multiplied by their mean: mean 1, variance
+    ``(exp(sigma^2) - 1) / n``. The engine draws that as one lognormal with the same mean and variance
+    (Fenton-Wilkinson), ``sigma_n^2 = log(1 + (exp(sigma^2) - 1) / n)``: one draw per transfer. A
+    multi-gigabyte gradient all-reduce averages over thousands of messages, a small MP all-reduce
+    over a few; a transfer of unknown size (no route) counts as one message.
+
+    The optional heavy tail: with probability ``tail_probability`` per transfer the factor is
     further multiplied by a Pareto(``tail_alpha``) draw >= 1 (a retransmission, an adaptive-routing
     detour, a stalled queue pair): rare, large and not mean-preserving, since such delays add time.
     """
@@ -80,6 +90,7 @@ class TierNoise:
     kinds: tuple[tuple[str, float], ...] = ()
     tail_probability: float = 0.0
     tail_alpha: float = 2.0
+    message_bytes: float = 524288.0
 
     def sigma_for(self, kind: str) -> float:
         return dict(self.kinds).get(kind, self.sigma)
@@ -129,6 +140,8 @@ class Jitter:
     _sigma: dict[tuple[str, str], float] = field(init=False, repr=False, compare=False)
     #: (tail probability, Pareto alpha) per (kind, tier) where a tail is on
     _tail: dict[tuple[str, str], tuple[float, float]] = field(init=False, repr=False, compare=False)
+    #: bytes of one message per tier with noise
+    _message: dict[str, float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         table = {}
@@ -142,6 +155,7 @@ class Jitter:
                     tails[(kind, tn.tier)] = (tn.tail_probability, tn.tail_alpha)
         object.__setattr__(self, "_sigma", table)
         object.__setattr__(self, "_tail", tails)
+        object.__setattr__(self, "_message", {tn.tier: tn.message_bytes for tn in self.noise})
 
     # -- what is on ------------------------------------------------------------------------
     @property
@@ -170,11 +184,12 @@ class Jitter:
         if source == "congestion":
             return Jitter(congestion=self.congestion, preset=self.preset)
         if source == "tail":  # the heavy tail of every tier that has one, lognormal bodies off
-            return Jitter(noise=tuple(TierNoise(tn.tier, 0.0, (), tn.tail_probability, tn.tail_alpha)
+            return Jitter(noise=tuple(TierNoise(tn.tier, 0.0, (), tn.tail_probability, tn.tail_alpha, tn.message_bytes)
                                       for tn in self.noise if tn.tail_probability > 0), preset=self.preset)
         kinds = SOURCE_KINDS[source]
         noise = tuple(
-            TierNoise(tn.tier, 0.0, tuple((k, tn.sigma_for(k)) for k in kinds)) for tn in self.noise
+            TierNoise(tn.tier, 0.0, tuple((k, tn.sigma_for(k)) for k in kinds), message_bytes=tn.message_bytes)
+            for tn in self.noise
         )
         return Jitter(noise=noise, preset=self.preset)
 
@@ -189,6 +204,8 @@ class Jitter:
                     entry["kinds"] = dict(tn.kinds)
                 if tn.tail_probability > 0:
                     entry["tail"] = {"probability": tn.tail_probability, "alpha": tn.tail_alpha}
+                if tn.message_bytes != TierNoise.message_bytes:
+                    entry["message_bytes"] = tn.message_bytes
                 out["noise"][tn.tier] = entry
         if self.congestion:
             out["congestion"] = {
@@ -210,10 +227,12 @@ class Jitter:
     # One-off factors outside a run (the three-argument hook of sim.perturb.Perturbation). They keep
     # no state between calls: a straggler is decided by the generator's seed, as in a run, and the
     # noise is drawn from the generator itself.
-    def comm_factor(self, kind: str, tier: str, rng: np.random.Generator) -> float:
-        """Multiplier of one transfer's base duration: lognormal with mean 1 (1.0 when off)."""
+    def comm_factor(self, kind: str, tier: str, rng: np.random.Generator, nbytes: float = 0.0) -> float:
+        """Multiplier of one transfer's base duration (``nbytes`` through its busiest link; 0: unknown,
+        one message): lognormal with mean 1 (1.0 when off)."""
         sigma = self._sigma.get((kind, tier))
-        f = 1.0 if sigma is None else _lognormal(sigma, float(rng.standard_normal()))
+        f = 1.0 if sigma is None else _lognormal(transfer_sigma(sigma, nbytes, self._message[tier]),
+                                                 float(rng.standard_normal()))
         tail = self._tail.get((kind, tier))
         if tail is not None:
             f *= _pareto_tail(tail, float(rng.random()))
@@ -226,6 +245,15 @@ class Jitter:
     def processes(self, env: Any, network: Any, rng: np.random.Generator) -> list[Generator[Any, Any, None]]:
         """Congestion on/off processes, one per link of each congested tier (started at t=0)."""
         return self.bind(rng).processes(env, network)
+
+
+def transfer_sigma(sigma: float, nbytes: float, message_bytes: float) -> float:
+    """The lognormal sigma of the mean of ``ceil(nbytes / message_bytes)`` independent per-message
+    factors of ``sigma`` (same mean 1 and variance, see :class:`TierNoise`); ``sigma`` for one message."""
+    if nbytes <= message_bytes:
+        return sigma
+    n = math.ceil(nbytes / message_bytes)
+    return math.sqrt(math.log1p(math.expm1(sigma * sigma) / n))
 
 
 def _lognormal(sigma: float, z: float) -> float:
@@ -245,8 +273,9 @@ def _pareto_tail(tail: tuple[float, float], u: float) -> float:
 
 
 #: What :meth:`RunJitter.comm_factor` keeps per (kind, tier): sigma and its stream's draw, the
-#: tail and its stream's draw (None where off).
-_CommEntry = tuple[float | None, Callable[[], float] | None, tuple[float, float] | None, Callable[[], float] | None]
+#: tail and its stream's draw (None where off), and the tier's message bytes.
+_CommEntry = tuple[float | None, Callable[[], float] | None, tuple[float, float] | None, Callable[[], float] | None,
+                   float]
 
 
 class RunJitter:
@@ -277,16 +306,23 @@ class RunJitter:
         tail = config._tail.get((kind, tier)) if config._tail else None
         # Its own keyed stream: switching the tail on leaves the body's draws unchanged.
         tail_draw = self.streams.stream(("tail", str(kind), str(tier))).normal if tail is not None else None
-        return sigma, body, tail, tail_draw
+        return sigma, body, tail, tail_draw, config._message.get(tier, TierNoise.message_bytes)
 
-    def comm_factor(self, kind: str, tier: str) -> float:
-        """Multiplier of one transfer's base duration: lognormal with mean 1, times the tail (1.0 when off)."""
+    def comm_factor(self, kind: str, tier: str, nbytes: float = 0.0) -> float:
+        """Multiplier of one transfer's base duration, the transfer moving ``nbytes`` through its busiest
+        link (0: unknown, one message): lognormal with mean 1 over its messages (see
+        :class:`TierNoise`), times the tail (1.0 when off)."""
         entry = self._comm.get((kind, tier))
         if entry is None:
             entry = self._comm[kind, tier] = self._comm_entry(kind, tier)
-        sigma, body, tail, tail_draw = entry
-        # _lognormal(sigma, z), inlined: the hot path of a jittered run
-        f = 1.0 if body is None else math.exp(sigma * body() - 0.5 * sigma * sigma)  # type: ignore[operator]
+        sigma, body, tail, tail_draw, message = entry
+        if body is None:
+            f = 1.0
+        else:
+            # transfer_sigma and _lognormal, inlined: the hot path of a jittered run
+            if nbytes > message:
+                sigma = math.sqrt(math.log1p(math.expm1(sigma * sigma) / math.ceil(nbytes / message)))  # type: ignore[operator]
+            f = math.exp(sigma * body() - 0.5 * sigma * sigma)  # type: ignore[operator]
         if tail_draw is not None:
             f *= _pareto_tail(tail, 0.5 * math.erfc(-tail_draw() / math.sqrt(2.0)))  # type: ignore[arg-type]
         return f

@@ -117,8 +117,11 @@ def parse_jitter(mapping: Mapping[str, Any] | None) -> Jitter | None:
         tier = _tier(tier_key, f"{FIELD}.noise")
         path = f"{FIELD}.noise.{tier}"
         entry = _mapping(entry, path)
-        _keys(entry, path, ("sigma", "kinds", "tail"))
+        _keys(entry, path, ("sigma", "kinds", "tail", "message_bytes"))
         sigma = _sigma(entry.get("sigma", 0.0), f"{path}.sigma")
+        message = _number(entry.get("message_bytes", TierNoise.message_bytes), f"{path}.message_bytes")
+        if not message >= 1:
+            raise ConfigError(f"{path}.message_bytes", f"bytes of one message must be at least 1, got {message!r}")
         tail = _mapping(entry.get("tail"), f"{path}.tail")
         _keys(tail, f"{path}.tail", ("probability", "alpha"))
         tail_p = _probability(tail.get("probability", 0.0), f"{path}.tail.probability")
@@ -136,7 +139,8 @@ def parse_jitter(mapping: Mapping[str, Any] | None) -> Jitter | None:
             s = _sigma(ksec[kind], f"{path}.kinds.{kind}")
             for k in KIND_ALIASES.get(kind, (kind,)):
                 kinds[k] = s
-        noise.append(TierNoise(tier, sigma, tuple(sorted(kinds.items())), tail_p, tail_alpha if tail_p > 0 else 2.0))
+        noise.append(TierNoise(tier, sigma, tuple(sorted(kinds.items())), tail_p, tail_alpha if tail_p > 0 else 2.0,
+                               message))
 
     congestion = []
     csec = _mapping(raw.get("congestion"), f"{FIELD}.congestion")

@@ -301,11 +301,11 @@ class Network(Generic[Link]):
         for b, _r in parts:
             on = b.flows
             del on[flow]
-            if b.load > b.cap:
-                hot.append(b)
             if on:
+                if b.load > b.cap:  # it was over-subscribed: the flows left on it may speed up
+                    hot.append(b)
                 b.load = sum(on.values(), 0.0)  # exactly, in arrival order: no drift
-            else:
+            else:  # the flow was alone here: nobody to re-share
                 b.load = 0.0
                 idle.append(b)
         if idle and self.record:

@@ -38,7 +38,7 @@ class RunPerturbation(Protocol):
 
     def compute_factor(self, stage: int, replica: int) -> float: ...
 
-    def comm_factor(self, kind: TrafficKind, tier: LinkTier) -> float: ...
+    def comm_factor(self, kind: TrafficKind, tier: LinkTier, nbytes: float = 0.0) -> float: ...
 
     def processes(self, env: simpy.Environment, network: Any) -> list[Process]: ...
 
@@ -77,7 +77,8 @@ class _WithGenerator:
     def compute_factor(self, stage: int, replica: int) -> float:
         return self._compute(stage, replica, self.rng)
 
-    def comm_factor(self, kind: TrafficKind, tier: LinkTier) -> float:
+    def comm_factor(self, kind: TrafficKind, tier: LinkTier, nbytes: float = 0.0) -> float:
+        # a generator-taking hook prices a transfer whatever its size: nbytes is not passed on
         return self._comm(kind, tier, self.rng)
 
     def processes(self, env: simpy.Environment, network: Any) -> list[Process]:

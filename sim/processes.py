@@ -56,13 +56,14 @@ def meet(env: simpy.Environment, box: dict[MessageKey, simpy.Event], key: Messag
 
 def comm(ctx: Build, base_s: float, rates: Rates | None, kind: TrafficKind, key: TierKey) -> simpy.Event:
     """A transfer of ``base_s`` seconds alone: jittered (as the tier of ``key``'s route, see
-    :meth:`sim.routes.Routes.tier`), and shared on its links with contention."""
+    :meth:`sim.routes.Routes.tier`; its noise averages over the messages of its busiest link, whose
+    bytes are that link's nominal rate times ``base_s``), and shared on its links with contention."""
     perturb = ctx.perturb
     if perturb is not None:
         routes = ctx.routes
         # routes.tier(kind, key), inlined (once per transfer of a jittered run)
         tier = routes.tiers.get((kind, key), LinkTier.NIC) if routes is not None else LinkTier.NIC
-        base_s *= perturb.comm_factor(kind, tier)
+        base_s *= perturb.comm_factor(kind, tier, max(rates.values()) * base_s if rates else 0.0)
     if ctx.opts.contention and rates:
         return ctx.net.transfer_rates(base_s, rates, kind)
     return ctx.env.timeout(base_s)
