@@ -53,6 +53,10 @@ def test_rows_are_predicted_and_summarised(tmp_path):
     assert s["predicted"] == 2 and s["simulated_mape_pct"] == pytest.approx(
         sum(abs(r["simulated_err_pct"]) for r in table) / 2)
     assert "2 rows predicted" in compare_multi.render(table)
+    # the rows' median (0.202 s) gives the second summary
+    assert s["rows_with_median"] == 2 and s["simulated_vs_median_mape_pct"] == pytest.approx(
+        sum(abs(100 * (r["simulated_s"] / 0.202 - 1)) for r in table) / 2)
+    assert "against the median iteration (2 rows)" in compare_multi.render(table)
 
 
 @pytest.mark.parametrize(("body", "match"), [
