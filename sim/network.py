@@ -292,7 +292,7 @@ class Network(Generic[Link]):
         if old is not None:
             # The new timeout is the completion event now: the waiters of the old one (after our own
             # callback, always first) move to it, and the old one comes up and does nothing.
-            timer.callbacks = [self._on_timer_cb, *old.callbacks[1:]]  # type: ignore[list-item]
+            timer.callbacks = [self._on_timer_cb, *old.callbacks[1:]]
             old.callbacks = []
             self.superseded += 1
         else:
