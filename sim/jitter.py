@@ -6,12 +6,12 @@ Configured under ``simulation.jitter`` in a scenario (every key also via
     simulation:
       jitter:
         preset: vista-busy         # optional: a preset of sim.jitter_presets; explicit keys override it
-        noise:                     # per message (transfer) on a link tier: the machine, not the layout
+        noise:                     # per message on a link tier: the machine, not the layout
           nic:                     # link tier: nic (inter-node) or nvlink (intra-node)
             sigma: 0.25            # dimensionless, per message; factor = exp(N(-sigma^2/2, sigma)), E[factor] = 1
             message_bytes: 524288  # optional: bytes of one message (NCCL Simple protocol's step: 4 MiB / 8)
             kinds: {mp: 0.3}       # optional per traffic kind: mp, pp, dp_allreduce, dp_allgather (dp = both)
-            tail:                  # optional heavy tail: with this probability per message, the factor is
+            tail:                  # optional heavy tail: with this probability per transfer, the factor is
               probability: 0.001   #   multiplied by a Pareto(alpha) draw >= 1
               alpha: 2.0
           nvlink: {sigma: 0.02}

@@ -153,6 +153,9 @@ class Network(Generic[Link]):
 
         A ``dict`` of rates is kept and recognised by identity (a run's routes are made once and
         never change): the caller must not change it after passing it; pass a new dict instead.
+        The returned event is the transfer's pending timeout, valued the flow: ``yield`` it (a
+        re-share moves the waiting callbacks to the timeout that replaces it); a SimPy condition
+        (``AllOf``/``AnyOf``) over it is not supported.
         """
         env = self.env
         if not base_s > 0 or not rates:

@@ -14,7 +14,6 @@ Rank 0 appends one JSON line per (layout, shape, mode) to ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -83,8 +82,7 @@ def main() -> int:
                     row = {"layout": name, "shape": sname, "mode": mode, "fwd_s": statistics.median(fwd),
                            "bwd_s": statistics.median(bwd), "update_s": statistics.median(upd),
                            "iteration_s": min(walls), "matmul_s": mm_s}
-                    with open(args.out, "a") as fh:
-                        fh.write(json.dumps(row) + "\n")
+                    probe_common.append_json(args.out, row)
                     print(f"{name:8s} {sname:11s} {mode:5s} fwd {row['fwd_s']*1e3:6.2f} ms "
                           f"bwd {row['bwd_s']*1e3:6.2f} ms "
                           f"upd {row['update_s']*1e3:5.2f} ms iter {row['iteration_s']:.4f}", flush=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import traceback
 from collections.abc import Callable
@@ -57,3 +58,14 @@ def warm_trainer(env: Any, name: str, shape: Any, steps: int) -> tuple[Any, Any]
     for _ in range(steps):
         trainer.step()
     return targs, trainer
+
+
+def append_json(path: str, row: dict) -> None:
+    """One JSON line appended to a probe's ``--out`` (rank 0 writes; the file is resumable)."""
+    with open(path, "a") as fh:
+        fh.write(json.dumps(row) + "\n")
+
+
+def device_name(torch: Any, env: Any) -> str:
+    """The GPU's name, "cpu" without one."""
+    return str(torch.cuda.get_device_name(env.device)) if env.cuda else "cpu"

@@ -20,7 +20,6 @@ forward and backward, serially). Rank 0 appends one JSON line per (shape, varian
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -83,9 +82,8 @@ def main() -> int:
                            "fwd_s": [p[1] for p in phases if p[0] == "mb"],
                            "bwd_s": [p[2] for p in phases if p[0] == "mb"],
                            "update_s": [p[1] for p in phases if p[0] == "update"],
-                           "device": torch.cuda.get_device_name(env.device) if env.cuda else "cpu"}
-                    with open(args.out, "a") as fh:
-                        fh.write(json.dumps(row) + "\n")
+                           "device": probe_common.device_name(torch, env)}
+                    probe_common.append_json(args.out, row)
                     print(f"{sname:9s} r{rnd} {name:8s} min {row['min_s']:.4f} med {row['median_s']:.4f} | "
                           f"fwd {' '.join(f'{x * 1e3:5.1f}' for x in row['fwd_s'])} | "
                           f"bwd {' '.join(f'{x * 1e3:5.1f}' for x in row['bwd_s'])} | "

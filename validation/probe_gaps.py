@@ -85,8 +85,7 @@ def main() -> int:
             t0 = float(it[0]["ts"]) if it else min(float(e["ts"]) for e in events if "ts" in e)
             row = {"layout": name, "shape": shape.name, "min_s": plain, "profiled_s": wall,
                    **gaps(events, t0, args.min_gap_us)}
-            with open(args.out, "a") as fh:
-                fh.write(json.dumps(row) + "\n")
+            probe_common.append_json(args.out, row)
             with gzip.open(f"{args.out}.{name}.{shape.name}.trace.json.gz", "wb") as fh:
                 fh.write(raw)
             print(f"{name} {shape.name}: min {plain:.4f} s, profiled {wall:.4f} s, {row['kernels']} kernels, "

@@ -115,9 +115,8 @@ def main() -> int:
             if env.rank == 0:
                 row = {"layout": name, "shape": sname, "layers": shape.layers, "micro_batches": shape.micro_batches,
                        "min_s": base, "split": split, "each": each,
-                       "device": torch.cuda.get_device_name(env.device) if cuda else "cpu"}
-                with open(args.out, "a") as fh:
-                    fh.write(json.dumps(row) + "\n")
+                       "device": probe_common.device_name(torch, env)}
+                probe_common.append_json(args.out, row)
                 print(f"{name:10s} {sname:12s} min {base:.4f}  issue fwd {split['fwd_s']*1e3:7.2f} ms "
                       f"bwd {split['bwd_s']*1e3:7.2f} ms upd {split['update_s']*1e3:6.2f} ms | "
                       f"synced fwd {each['fwd_s']*1e3:7.2f} bwd {each['bwd_s']*1e3:7.2f} "
