@@ -20,9 +20,7 @@ dict (kept, never copied); a bundle splits, never merges, when a new route or a 
 tells its links apart.
 
 SimPy cannot cancel a scheduled event: a completion timeout superseded by a share change stays
-in its queue, with its callbacks taken off, and does no work when it comes up. The transfer's
-completion event is its pending timeout itself (the waiters follow it to a re-armed one), so a
-transfer costs one event in SimPy's queue per share it runs at, not one more for its completion.
+in its queue, with its callback taken off, and does no work when it comes up.
 
 A flow's nominal rate on a link is capped at the link's nominal capacity: the
 calibrated duration is the truth for a transfer alone, and capacities only arbitrate
@@ -86,16 +84,14 @@ class _Flow(Generic[Link]):
 
     __slots__ = ("route", "remaining", "x", "last", "timer", "done", "seq")
 
-    def __init__(self, route: _Route[Link], base_s: float, now: float, seq: int) -> None:
+    def __init__(self, route: _Route[Link], base_s: float, done: simpy.Event, now: float, seq: int) -> None:
         self.seq = seq  # creation order: re-shared flows are processed in it, so runs are reproducible
         self.route = route
         self.remaining = base_s  # seconds of work left at full speed, as of ``last``
         self.x = 0.0  # current fraction of nominal speed
         self.last = now
         self.timer: simpy.Timeout | None = None  # the pending completion timeout
-        # What the transfer's caller waits on: the pending timeout itself (one event per completion);
-        # a re-share moves its waiters to the new timeout (see _arm).
-        self.done: simpy.Event | None = None
+        self.done = done
 
 
 _SEQ = attrgetter("seq")
@@ -153,9 +149,6 @@ class Network(Generic[Link]):
 
         A ``dict`` of rates is kept and recognised by identity (a run's routes are made once and
         never change): the caller must not change it after passing it; pass a new dict instead.
-        The returned event is the transfer's pending timeout, valued the flow: ``yield`` it (a
-        re-share moves the waiting callbacks to the timeout that replaces it); a SimPy condition
-        (``AllOf``/``AnyOf``) over it is not supported.
         """
         env = self.env
         if not base_s > 0 or not rates:
@@ -171,7 +164,7 @@ class Network(Generic[Link]):
         parts = route.parts if route.epoch == self._epoch else self._resolve(route)
         self.transfers += 1
         route.users += 1
-        flow: _Flow[Link] = _Flow(route, base_s, env.now, self.transfers)
+        flow: _Flow[Link] = _Flow(route, base_s, env.event(), env.now, self.transfers)
         hot: list[_Bundle[Link]] = []
         woke: list[_Bundle[Link]] = []
         for b, r in parts:
@@ -190,9 +183,9 @@ class Network(Generic[Link]):
             self._reshare(hot)
         else:  # full speed, nobody else touched: _arm of a new flow, inlined (the common case)
             flow.x = 1.0
-            timer = flow.timer = flow.done = env.timeout(base_s, flow)
+            timer = flow.timer = env.timeout(base_s, flow)
             timer.callbacks.append(self._on_timer_cb)
-        return cast("simpy.Event", flow.done)  # armed by either branch
+        return flow.done
 
     def set_capacity(self, link: Link, bytes_per_s: float) -> None:
         """Change a link's capacity now (a congestion episode); shares are recomputed if it was or
@@ -291,15 +284,11 @@ class Network(Generic[Link]):
         flow.last = now
         flow.x = x
         old = flow.timer
-        timer = flow.timer = flow.done = self.env.timeout(flow.remaining / x, flow)
         if old is not None:
-            # The new timeout is the completion event now: the waiters of the old one (after our own
-            # callback, always first) move to it, and the old one comes up and does nothing.
-            timer.callbacks = [self._on_timer_cb, *old.callbacks[1:]]
-            old.callbacks = []
+            old.callbacks = []  # defused: it comes up and does nothing
             self.superseded += 1
-        else:
-            timer.callbacks.append(self._on_timer_cb)
+        timer = flow.timer = self.env.timeout(flow.remaining / x, flow)
+        timer.callbacks.append(self._on_timer_cb)
 
     def _on_timer(self, ev: simpy.Event) -> None:
         """A flow's completion: take it off its bundles and re-share where it was over-subscribing."""
@@ -322,7 +311,8 @@ class Network(Generic[Link]):
         if idle and self.record:
             self._record(route, idle, None)
         flow.remaining = 0.0
-        flow.timer = None  # the completion is ``ev`` itself: its waiters run after this callback
+        flow.timer = None
+        flow.done.succeed()
         if hot:
             self._reshare(hot)
 
