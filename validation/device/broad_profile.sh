@@ -13,6 +13,7 @@
 #      64, GQA, SwiGLU widths, vocabulary to 256k; Megatron, SwiGLU and FP8 kinds)
 #   4. a short table: rows per kind, median efficiency against the datasheet roofline
 #
+# H200_ONLY=1 runs nothing on another GPU (a call for an H200 that landed elsewhere).
 # STEPS=a runs only the H200's validation runs and paper box, STEPS=b only its SwiGLU/FP8 and broad box
 # (two GPUs of one host, one half each: validation/device/h200_or_machine.sh); default: all.
 #
@@ -27,6 +28,7 @@ case "$NAME" in *H200*) GPU=h200 ;; *H100*) GPU=h100 ;; *) GPU=other ;; esac
 W=${WORK:-/tmp/broad}/$GPU
 mkdir -p "$R" "$W"
 echo "GPU: $NAME -> $GPU, work folder $W"
+if [ "${H200_ONLY:-0}" = 1 ] && [ "$GPU" != h200 ]; then echo "H200_ONLY: not an H200, nothing run"; exit 0; fi
 RES=RESUME_FROM_$GPU; RES=${!RES:-}  # RESUME_FROM_h100 / RESUME_FROM_h200: only the same GPU's samples
 if [ -n "$RES" ] && [ -f "$RES/compute.csv" ] && [ ! -f "$W/compute.csv" ]; then
   cp "$RES"/* "$W/" && echo "resuming from $RES"
