@@ -190,7 +190,9 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
         lo, hi = min(factors.values()), max(factors.values())
         notes.append(f"the {plan.runtime} runtime's host (CPU) work sets the pace of its steps; that host cost "
                      f"differed x{lo:.2f} to x{hi:.2f} between the {len(factors)} machines of this kind measured "
-                     "(calibration/host_overhead.py), and a host-bound step varies as much")
+                     "(calibration/host_overhead.py), and a host-bound step varies as much; within one run "
+                     "its iterations wander 6-24 % above the fastest, which the host lines describe "
+                     "(docs/multi_gpu.md)")
 
     # The per-iteration host work (optimizer issue, zero_grad, the losses) starts once the last
     # micro-batch's backward is issued; the GPU still has that micro-batch's backlog to run (what

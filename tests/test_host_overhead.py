@@ -155,6 +155,7 @@ def test_a_host_bound_step_notes_how_much_the_machines_differ():
     notes: list[str] = []
     _host_fields(prof, _plan(2), 0.002, 0.004, 0.001, 0.0, 0.004, notes)
     assert len(notes) == 1 and "x0.87 to x1.18" in notes[0] and "2 machines" in notes[0]
+    assert "6-24 % above the fastest" in notes[0]  # and how much it wanders within a run
     quiet: list[str] = []  # GPU-bound: the host's speed does not matter, no note
     _host_fields(prof, _plan(2), 0.020, 0.040, 0.0, 0.0, 0.004, quiet)
     assert quiet == []
