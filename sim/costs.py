@@ -232,6 +232,18 @@ def _fsdp_copies(plan: StagePlan, full_pass_s: float) -> tuple[float, float]:
             8 * u.root_shard * u.ranks / fp32_entries * per_byte)
 
 
+def overlap_excess(coll: float, comp: float, f: float = 1.0, g: float = 1.0) -> float:
+    """What a communication of ``coll`` seconds alone adds beyond a computation of ``comp`` seconds
+    alone when both start together on one GPU and slow each other (measured interference: compute at
+    1/f of its speed while the communication runs, the communication at 1/g while compute runs;
+    whichever is left runs at full speed after the other ends). If the communication ends first
+    (coll g <= comp f) it adds coll g (1 - 1/f); else comp f (1 - 1/g) + coll - comp. With f = g = 1,
+    max(0, coll - comp)."""
+    if coll * g <= comp * f:
+        return coll * g * (1.0 - 1.0 / f)
+    return max(0.0, coll - comp + comp * f * (1.0 - 1.0 / g))
+
+
 def _fsdp_exposed(plan: StagePlan, ag_layer: float, rs_layer: float, ag_root: float, rs_root: float,
                   fwd: dict[Op, float], bwd: dict[Op, float],
                   slow: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> tuple[float, float]:
@@ -256,9 +268,7 @@ def _fsdp_exposed(plan: StagePlan, ag_layer: float, rs_layer: float, ag_root: fl
     f_fwd, f_bwd, g = slow
 
     def over(coll: float, comp: float, f: float) -> float:
-        if coll * g <= comp * f:
-            return coll * g * (1.0 - 1.0 / f)
-        return max(0.0, coll - comp + comp * f * (1.0 - 1.0 / g))
+        return overlap_excess(coll, comp, f, g)
 
     layers = [g for g in plan.grad_segments if g.layer]
     n = len(layers)
@@ -304,21 +314,26 @@ def _tp_overlapped(plan: StagePlan, direction: str, count: int, rs_s: float, ag_
 
 
 def _cp_exposed(plan: StagePlan, send_fwd: float, send_bwd: float, fwd: dict[Op, float],
-                bwd: dict[Op, float]) -> tuple[float, float]:
+                bwd: dict[Op, float], slow: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)
+                ) -> tuple[float, float]:
     """Context parallelism's ring communication a micro-batch's forward and backward cannot hide.
 
     Each of a layer's ``cp - 1`` ring steps sends a K/V chunk while the attention computes on the
     chunk already there (Transformer Engine's P2P ring), so a step shows only its send's excess over
     one of the ring's attention calls; the backward sends K/V and their gradients over the
     attention's backward. A recompute that re-runs the attention re-runs its forward ring too.
+    ``slow`` = (attention's slowdown beside the forward send, the send's beside the attention, the
+    same two for the backward): the measured interference of :func:`overlap_excess`, so a send the
+    attention hides still costs the attention the time it ran slower.
     """
     ring = plan.cp_ring
     if ring is None:
         return 0.0, 0.0
     steps = (ring.ranks - 1) * ring.layers
     att = ring.attention
-    exposed_f = steps * max(0.0, send_fwd - fwd[att])
-    exposed_b = steps * max(0.0, send_bwd - bwd[att])
+    f_f, g_f, f_b, g_b = slow
+    exposed_f = steps * overlap_excess(send_fwd, fwd[att], f_f, g_f)
+    exposed_b = steps * overlap_excess(send_bwd, bwd[att], f_b, g_b)
     if any(oc.op == att for oc in plan.recompute):
         exposed_b += exposed_f
     return exposed_f, exposed_b
@@ -536,7 +551,13 @@ def build_costs(
         cp_f = cp_b = cp_ring = cp_one = 0.0
         if s in cp_send:
             one_f, one_b = (wanted[c] for c in cp_send[s])
-            cp_f, cp_b = _cp_exposed(p, one_f, one_b, fwd, bwd)
+            im = getattr(model, "interference", None)
+            cp_slow = (1.0, 1.0, 1.0, 1.0)
+            if im is not None:  # the attention and the K/V send beside it slow each other
+                b_f, b_b = (float(c.bytes) for c in cp_send[s])
+                cp_slow = (im.compute_factor("attention", b_f), im.collective_factor("attention", b_f),
+                           im.compute_factor("attention", b_b), im.collective_factor("attention", b_b))
+            cp_f, cp_b = _cp_exposed(p, one_f, one_b, fwd, bwd, cp_slow)
             assert p.cp_ring is not None
             cp_ring, cp_one = (p.cp_ring.ranks - 1) * p.cp_ring.layers * (one_f + one_b), one_f
         ag_total = sum(wanted[c] for c in dp_ag[s])

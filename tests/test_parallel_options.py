@@ -166,6 +166,38 @@ def test_context_parallel_exposes_only_what_the_attention_does_not_hide():
     assert c2.fwd_s == pytest.approx(c2.fwd_compute_s + c2.cp_fwd_s, rel=1e-12)
 
 
+def test_overlap_excess_by_hand():
+    from trainsim.sim.costs import overlap_excess
+    assert overlap_excess(1.0, 3.0) == 0.0 and overlap_excess(3.0, 1.0) == 2.0  # no interference: the excess
+    # compute at 1/1.25, communication at 1/2 while both run: the send (1 s alone) ends at 2 s, the
+    # compute (3 s alone) has done 1.6 s by then and finishes 1.4 s later: 3.4 s, 0.4 s beyond it
+    assert overlap_excess(1.0, 3.0, 1.25, 2.0) == pytest.approx(0.4)
+    # the send (3 s) outlasts: the compute (1 s) ends at 1.25 s, the send has done 0.625 s and runs
+    # its other 2.375 s alone: 3.625 s, 2.625 beyond the compute
+    assert overlap_excess(3.0, 1.0, 1.25, 2.0) == pytest.approx(2.625)
+
+
+def test_context_parallel_ring_pays_the_measured_interference():
+    from trainsim.sim.costs import _cp_exposed, overlap_excess
+    p = Parallelism(cp=2)
+    (plan,) = build_stage_plans(LLAMA, TR, p)
+    assert plan.cp_ring is not None
+    att = plan.cp_ring.attention
+    fwd, bwd = {att: 2e-3}, {att: 5e-3}
+    steps = (plan.cp_ring.ranks - 1) * plan.cp_ring.layers
+    # sends the attention hides: nothing shows without interference, the attention's slowdown with it
+    assert _cp_exposed(plan, 0.5e-3, 2e-3, fwd, bwd) == (0.0, 0.0)
+    f, b = _cp_exposed(plan, 0.5e-3, 2e-3, fwd, bwd, (1.08, 2.9, 1.08, 2.9))
+    assert f == pytest.approx(steps * 0.5e-3 * 2.9 * (1 - 1 / 1.08))  # the send, 2.9x slower, ends first
+    assert b == pytest.approx(steps * overlap_excess(2e-3, 5e-3, 1.08, 2.9)) and b > 0
+    # 1 ms alone hides behind 2 ms of attention, but not at 2.9x beside it: 1 - 2 + 2 x 1.08 (1 - 1/2.9)
+    f1, _ = _cp_exposed(plan, 1e-3, 2e-3, fwd, bwd, (1.08, 2.9, 1.08, 2.9))
+    assert f1 == pytest.approx(steps * (1e-3 - 2e-3 + 2e-3 * 1.08 * (1 - 1 / 2.9)))
+    # a send longer than the attention: its excess, and more beside it
+    f2, _ = _cp_exposed(plan, 4e-3, 2e-3, fwd, bwd, (1.08, 2.9, 1.0, 1.0))
+    assert f2 > steps * (4e-3 - 2e-3)
+
+
 def _att(cost, par):
     (plan,) = build_stage_plans(LLAMA, TR, par)
     assert plan.cp_ring is not None
