@@ -73,6 +73,10 @@ class StageCost:
     # while the stage's backward computes. 1.0: none known.
     interference_compute: float = 1.0
     interference_dp: float = 1.0
+    # Per micro-batch (forward + backward): what that interference adds to the closed-form exposed
+    # communication above (FSDP2's gathers and reduce-scatters, CP's ring), in Eq. 7's stage times
+    # and the simulation's alike; `trainsim compare` reports it beside its attribution.
+    interference_in_steps_s: float = 0.0
     # How the gradients are reduced: all-reduce, or reduce-scatter (ZeRO-2, Megatron's distributed
     # optimizer); dp_bucket_bytes is then each bucket's per-rank shard
     dp_reduce_kind: CollKind = CollKind.ALL_REDUCE
@@ -534,6 +538,7 @@ def build_costs(
         rec_s = sum(oc.count * fwd[oc.op] for oc in p.recompute)
         bwd_s = sum(oc.count * bwd[oc.op] for oc in p.backward) + rec_s
         fsdp_f = fsdp_b = 0.0
+        in_steps = 0.0  # what measured interference adds to this stage's closed forms, per micro-batch
         if s in fsdp_colls:
             ag, rs, ag_root, rs_root = (wanted[c] for c in fsdp_colls[s])
             copy_layer, copy_root = _fsdp_copies(p, upd[fsdp_pass[s]]) if s in fsdp_pass else (0.0, 0.0)
@@ -545,6 +550,8 @@ def build_costs(
                 slow = (_compute_factor(im, p.forward, fwd, size) or 1.0,
                         _compute_factor(im, p.backward, bwd, size) or 1.0, im.collective_factor(None, size))
             fsdp_f, fsdp_b = _fsdp_exposed(p, ag, rs + copy_layer, ag_root, rs_root + copy_root, fwd, bwd, slow)
+            alone_f, alone_b = _fsdp_exposed(p, ag, rs + copy_layer, ag_root, rs_root + copy_root, fwd, bwd)
+            in_steps += (fsdp_f - alone_f) + (fsdp_b - alone_b)
             fsdp_f += p.encoders * copy_layer + copy_root
             fsdp_b += p.encoders * copy_layer
         f_flops, b_flops = p.flops()
@@ -558,6 +565,8 @@ def build_costs(
                 cp_slow = (im.compute_factor("attention", b_f), im.collective_factor("attention", b_f),
                            im.compute_factor("attention", b_b), im.collective_factor("attention", b_b))
             cp_f, cp_b = _cp_exposed(p, one_f, one_b, fwd, bwd, cp_slow)
+            plain_f, plain_b = _cp_exposed(p, one_f, one_b, fwd, bwd)
+            in_steps += (cp_f - plain_f) + (cp_b - plain_b)
             assert p.cp_ring is not None
             cp_ring, cp_one = (p.cp_ring.ranks - 1) * p.cp_ring.layers * (one_f + one_b), one_f
         ag_total = sum(wanted[c] for c in dp_ag[s])
@@ -590,6 +599,7 @@ def build_costs(
             # the exposed part of the all-gather moves its share of the bytes (same rate as the whole)
             dp_allgather_bytes=float(sum(c.bytes for c in dp_ag[s])) * (ag_exposed / ag_total if ag_total else 1.0),
             dp_reduce_kind=dp_ar[s][0].kind if dp_ar[s] else CollKind.ALL_REDUCE,
+            interference_in_steps_s=in_steps,
             cp_fwd_s=cp_f, cp_bwd_s=cp_b, cp_ring_s=cp_ring, cp_send_s=cp_one,
             cp_bytes=float(2 * p.cp_ring.kv_entries) if p.cp_ring is not None else 0.0,
             grad_accum_s=p.grad_accum_count * upd[p.grad_accum] if p.grad_accum is not None else 0.0,

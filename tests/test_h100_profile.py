@@ -82,3 +82,15 @@ def test_validate_rejects_a_table_without_the_columns(tmp_path, capsys):
     bad.write_text("name,iteration_s\nx,1.0\n")
     assert main(["validate", "--measured", str(bad)]) == 2
     assert "lacks columns" in capsys.readouterr().err
+
+
+def test_compare_reports_the_closed_form_interference(cache, capsys):
+    # the bundled CP2 scenario on the shipped profile (measured interference): the K/V ring's slowdown
+    # beside the attention is inside the stage times, reported beside the attribution
+    from trainsim.scenarios.cli import main
+
+    assert main(["compare", "llama3-8b-dgxh100", "--json", "--cache-dir", cache, "-q"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["interference_in_steps_s"]) == 1 and out["interference_in_steps_s"][0] > 0
+    assert main(["compare", "llama3-8b-dgxh100", "--cache-dir", cache, "-q"]) == 0
+    assert "measured interference inside the stage times" in capsys.readouterr().out

@@ -60,3 +60,21 @@ def test_neutral_factors_change_nothing():
     on = simulate(costs, CLUSTER, seed=0, options=REALISTIC)
     off = simulate(costs, CLUSTER, seed=0, options=dataclasses.replace(REALISTIC, interference=False))
     assert on.iteration_s == off.iteration_s
+
+
+def test_closed_form_interference_is_carried_per_stage():
+    # FSDP2 (zero_stage 3) and a CP ring price their overlap in closed form: the stage cost says how
+    # much the measured factors added per micro-batch, and nothing without them
+    flash = dataclasses.replace(MODEL, attention="flash")
+    for model, tr, par in ((MODEL, dataclasses.replace(TR, zero_stage=3), Parallelism(dp=2)),
+                           (flash, dataclasses.replace(TR, framework="megatron"), Parallelism(cp=2))):
+        plans = build_stage_plans(model, tr, par)
+        prof = RooflineProfile("r", CLUSTER.gpu.peak_flops, CLUSTER.gpu.mem_bw)
+        prof.interference = _model(1.25, 3.0)
+        slow = build_costs(plans, tr, par, CLUSTER, prof).stages[0]
+        prof.interference = None
+        plain = build_costs(plans, tr, par, CLUSTER, prof).stages[0]
+        assert plain.interference_in_steps_s == 0.0
+        exposed = (slow.fsdp_fwd_s + slow.fsdp_bwd_s + slow.cp_fwd_s + slow.cp_bwd_s
+                   - plain.fsdp_fwd_s - plain.fsdp_bwd_s - plain.cp_fwd_s - plain.cp_bwd_s)
+        assert slow.interference_in_steps_s == pytest.approx(exposed, rel=1e-12) and exposed > 0

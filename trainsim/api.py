@@ -209,12 +209,18 @@ class Comparison:
     def sim_s(self) -> float:
         return self.result.sim_s
 
+    #: per stage, seconds per micro-batch that measured interference adds inside the stage times
+    #: (FSDP2's gathers, CP's ring: closed forms, in Eq. 7 and the simulation alike, so not in
+    #: ``attribution``, whose ``interference`` is the DP buckets' overlap the simulation plays)
+    interference_in_steps_s: tuple[float, ...] = ()
+
     @property
     def attribution(self) -> dict[str, float]:
         return dict(self.result.attribution)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.result.to_json(), "scenario": self.scenario}
+        return {**self.result.to_json(), "scenario": self.scenario,
+                "interference_in_steps_s": list(self.interference_in_steps_s)}
 
 
 def compare(scenario: ScenarioLike, *, ideal: bool = False, reference_data: str | None = None,
@@ -230,7 +236,7 @@ def compare(scenario: ScenarioLike, *, ideal: bool = False, reference_data: str 
     sc = pred.scenario
     c = _compare(pred.costs, sc.cluster, ideal=ideal, seed=sc.simulation.seed,
                  overlap_dp=sc.overlap_grad_reduce, schedule=sc.parallelism.schedule)
-    return Comparison(sc.name, c, pred.warnings)
+    return Comparison(sc.name, c, pred.warnings, tuple(st.interference_in_steps_s for st in pred.costs.stages))
 
 
 @dataclass(frozen=True)
