@@ -198,6 +198,7 @@ def build_hf_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism) -
             grad_accum=Op(OpKind.HF_GRAD_ACCUM, **update),
             grad_accum_count=m - 1 + extra_passes,
             mp_colls_fwd=tuple(mp_fwd), mp_colls_bwd=tuple(mp_bwd),
+            issue_head=tuple(head), issue_layer=tuple(enc), issue_recompute=tuple(rec), issue_tail=tuple(tail),
             grad_segments=tuple(segments),
             dp_buckets=None if fsdp else DPBuckets(DDP_FIRST_BUCKET_BYTES // 2, DDP_BUCKET_BYTES // 2, FP32_ENTRIES),
             fsdp=units,

@@ -142,6 +142,13 @@ class StagePlan:
     # down) whose time hides the SP all-gather before a column-parallel one and the reduce-scatter
     # after a row-parallel one; None: the MP syncs are exposed whole
     tp_overlap_gemms: tuple[Op, Op, Op, Op] | None = None
+    # framework "hf": one micro-batch's operators in the order the host issues them (the stage's
+    # head, one layer, its recompute, the tail; the layer repeated ``encoders`` times), for the
+    # host-GPU flow shop of sim.costs; empty: not known
+    issue_head: tuple[Op, ...] = ()
+    issue_layer: tuple[Op, ...] = ()
+    issue_recompute: tuple[Op, ...] = ()
+    issue_tail: tuple[Op, ...] = ()
 
     def distinct_ops(self) -> set[Op]:
         ops = {oc.op for oc in (*self.forward, *self.backward, *self.recompute)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from trainsim.calibration.host_overhead import fit_host_overhead, load_host_overhead, main, runtime_of
@@ -204,3 +206,68 @@ def test_a_table_without_the_pipeline_runtime_prices_stages_with_the_plain_one()
     f = _host_fields(_Profile("overlapped"), plan, 0.001, 0.002, 0.0, 0.0, 0.001, notes)
     assert f["host_fwd_s"] + f["host_bwd_s"] == pytest.approx(0.003 * plan.encoders)
     assert any("dtensor_tp runtime's" in n for n in notes)
+
+
+def _issue_plan():
+    model = ModelSpec("neox", hidden=256, heads=4, layers=3, seq_len=128, vocab=50432, attention="flash")
+    tr = TrainingSpec(micro_batch=1, micro_batches=2, recompute="none", framework="hf")
+    (plan,) = build_stage_plans(model, tr, Parallelism())
+    return plan
+
+
+def test_the_flow_shop_by_hand():
+    from trainsim.sim.costs import issue_flow_shop
+    plan = _issue_plan()
+    ops = [*plan.issue_head, *plan.issue_layer * plan.encoders, *plan.issue_tail]
+    n = len(ops)  # operators issued per direction; the host line spreads 2 x n over them
+    per_layer = 0.003
+    h = per_layer * plan.encoders / (2 * n)
+    # GPU-bound (every kernel 2h): the GPU idles only while the first operator is issued
+    slow = {op: 2 * h for op in ops}
+    idle_f, idle_b, backlog = issue_flow_shop(plan, slow, slow, per_layer)
+    assert idle_f == pytest.approx(h) and idle_b == pytest.approx(0.0, abs=1e-15)
+    assert backlog == pytest.approx(h + 2 * n * 2 * h - 2 * n * h)  # GPU end - host end
+    # host-bound (every kernel h/2): the first waits h, every later one h/2
+    fast = {op: h / 2 for op in ops}
+    idle_f, idle_b, backlog = issue_flow_shop(plan, fast, fast, per_layer)
+    assert idle_f == pytest.approx(h + (n - 1) * h / 2) and idle_b == pytest.approx(n * h / 2)
+    assert backlog == pytest.approx(h / 2)
+    # no issue order (a Megatron plan): no flow shop
+    assert issue_flow_shop(build_stage_plans(ModelSpec("m", hidden=256, heads=4, layers=2, seq_len=128, vocab=1000),
+                                             TrainingSpec(), Parallelism())[0], slow, slow, per_layer) is None
+
+
+def test_an_eager_step_pays_the_flow_shops_idle_beyond_its_step_maxima():
+    # kernels alternate long and short around the host's issue time: per step the host total is
+    # below the GPU total (no host excess), yet the GPU idles behind the short ones
+    from trainsim.sim.costs import issue_flow_shop
+    plan = _issue_plan()
+    prof = _Profile("overlapped")
+    prof.host_overhead = {"eager": {"per_layer_s": 0.003, "per_iteration_s": 0.0, "overlap": "overlapped"}}
+    plan = dataclasses.replace(plan, runtime="eager")
+    ops = sorted({*plan.issue_head, *plan.issue_layer, *plan.issue_tail}, key=repr)
+    n = len(plan.issue_head) + len(plan.issue_layer) * plan.encoders + len(plan.issue_tail)
+    h = 0.003 * plan.encoders / (2 * n)
+    prices = {op: (4 * h if i % 2 else h / 4) for i, op in enumerate(ops)}
+    fwd_s = sum(prices[op] for op in [*plan.issue_head, *plan.issue_layer * plan.encoders, *plan.issue_tail])
+    notes: list[str] = []
+    plain = _host_fields(prof, plan, fwd_s, fwd_s, 0.0, 0.0, 0.001, notes)
+    shop = _host_fields(prof, plan, fwd_s, fwd_s, 0.0, 0.0, 0.001, notes, (prices, prices))
+    idle_f, idle_b, _ = issue_flow_shop(plan, prices, prices, 0.003)
+    assert shop["host_fwd_extra_s"] == pytest.approx(idle_f) and shop["host_bwd_extra_s"] == pytest.approx(idle_b)
+    assert idle_f + idle_b > plain["host_fwd_extra_s"] + plain["host_bwd_extra_s"]
+
+
+def test_a_checkpointed_layer_reissues_its_recompute():
+    from trainsim.sim.costs import issue_flow_shop
+    model = ModelSpec("neox", hidden=256, heads=4, layers=3, seq_len=128, vocab=50432, attention="flash")
+    (plan,) = build_stage_plans(model, TrainingSpec(micro_batch=1, micro_batches=2, recompute="full",
+                                                    framework="hf"), Parallelism())
+    assert plan.issue_recompute
+    ops = {*plan.issue_head, *plan.issue_layer, *plan.issue_tail, *plan.issue_recompute}
+    n = len(plan.issue_head) + len(plan.issue_layer) * plan.encoders + len(plan.issue_tail)
+    h = 0.003 * plan.encoders / (2 * n)
+    fast = {op: h / 2 for op in ops}
+    _f, idle_b, _ = issue_flow_shop(plan, fast, fast, 0.003)
+    # host-bound: every backward operator, and every re-issued forward one, leaves the GPU h/2 idle
+    assert idle_b == pytest.approx((n + plan.encoders * len(plan.issue_recompute)) * h / 2)
