@@ -173,7 +173,7 @@ def issue_flow_shop(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float],
     issues without recompute; a recompute re-issues its operators at the same ``h``. Where a run of
     cheap kernels (norms, element-wise) comes faster than the host issues it, the GPU idles even if
     the step's host total is below its GPU total: what a per-step max(host, GPU) misses. Measured:
-    one H100, d1024-L12 b4, 4.7 ms per micro-batch short of the measurement before this term, 3.3 ms
+    one H100, d1024-L12 b4, 4.7 ms per micro-batch short of the measurement before this term, 3.0 ms
     of it here (docs/multi_gpu.md, "One GPU, micro-batch by micro-batch").
     """
     if not plan.issue_layer:
