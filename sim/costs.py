@@ -159,6 +159,14 @@ def _segment_ends(segments: Sequence[GradSegment], fwd: dict[Op, float], bwd: di
     return [e / t if t > 0 else 1.0 for e in ends]
 
 
+#: Runtimes whose host waits for the GPU at each micro-batch's start (Hugging Face's causal-mask
+#: construction) and then issues it operator by operator: their host excess is a flow shop's idle
+#: time (:func:`issue_flow_shop`). The DTensor and FSDP2 runtimes are host-bound (a step's max is
+#: right; the shop on FSDP2 was tried: docs/multi_gpu.md) and the pipelining runtime's stages do
+#: not synchronise per micro-batch.
+FLOW_SHOP_RUNTIMES = frozenset({"eager"})
+
+
 def issue_flow_shop(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float],
                     host_per_layer_s: float) -> tuple[float, float, float] | None:
     """The GPU's idle time in one micro-batch's forward and backward, and its backlog when the host
@@ -246,12 +254,13 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
     # micro-batch's backward is issued; the GPU still has that micro-batch's backlog to run (what
     # its GPU work exceeds its host work by: the host synchronises with the GPU once per
     # micro-batch, so no more) and then the update. Only what outlasts both shows.
-    backlog = max(0.0, (fwd_s + mp_fwd + bwd_s + mp_bwd) - (host_f + host_b))
-    extra_f, extra_b = extra(host_f, fwd_s + mp_fwd), extra(host_b, bwd_s + mp_bwd)
     shop = (issue_flow_shop(plan, *prices, entry["per_layer_s"])
-            if prices is not None and plan.runtime == "eager" and not serial else None)
+            if prices is not None and plan.runtime in FLOW_SHOP_RUNTIMES and not serial else None)
     if shop is not None:
         extra_f, extra_b, backlog = shop
+    else:
+        extra_f, extra_b = extra(host_f, fwd_s + mp_fwd), extra(host_b, bwd_s + mp_bwd)
+        backlog = max(0.0, (fwd_s + mp_fwd + bwd_s + mp_bwd) - (host_f + host_b))
     return {"host_fwd_s": host_f, "host_bwd_s": host_b, "host_fwd_extra_s": extra_f,
             "host_bwd_extra_s": extra_b, "host_update_s": extra(entry["per_iteration_s"], update_s + backlog)}
 
@@ -310,19 +319,11 @@ def _fsdp_exposed(plan: StagePlan, ag_layer: float, rs_layer: float, ag_root: fl
 
     ``slow`` = (forward compute factor f, backward compute factor, collective factor g):
     measured compute-communication interference (calibration/interference.py). A layer's
-    collectives (G seconds alone) and its compute (C alone) start together; while both run,
-    compute goes at 1/f of its speed and the collectives at 1/g, and whichever is left runs at
-    full speed after the other ends. If the collectives end first (G g <= C f) the layer takes
-    C + G g (1 - 1/f); else the compute ends at C f and the collectives' rest, G - C f / g, follows
-    alone. Beyond C that shows G g (1 - 1/f), or G - C + C f (1 - 1/g) (equal where G g = C f;
-    max(0, G - C) when f = g = 1). The collectives with nothing to overlap run at full speed.
+    collectives and its compute start together and slow each other (:func:`overlap_excess`); the
+    collectives with nothing to overlap run at full speed.
     """
     f_fwd, f_bwd, g = slow
-
-    def over(coll: float, comp: float, f: float) -> float:
-        return overlap_excess(coll, comp, f, g)
-
-    layers = [g for g in plan.grad_segments if g.layer]
+    layers = [seg for seg in plan.grad_segments if seg.layer]
     n = len(layers)
     if n == 0:
         return ag_root, rs_root
@@ -331,9 +332,9 @@ def _fsdp_exposed(plan: StagePlan, ag_layer: float, rs_layer: float, ag_root: fl
     c_b = sum(oc.count * bwd[oc.op] for oc in seg.ops) + sum(oc.count * fwd[oc.op] for oc in seg.recompute)
     head = plan.grad_segments[0] if plan.role.has_head else None
     c_head = sum(oc.count * bwd[oc.op] for oc in head.ops) if head is not None else 0.0
-    exposed_f = ag_root + ag_layer + (n - 1) * over(ag_layer, c_f, f_fwd)
-    exposed_b = (over(ag_layer, c_head, f_bwd) + (n - 1) * over(ag_layer + rs_layer, c_b, f_bwd)
-                 + rs_layer + rs_root)
+    exposed_f = ag_root + ag_layer + (n - 1) * overlap_excess(ag_layer, c_f, f_fwd, g)
+    exposed_b = (overlap_excess(ag_layer, c_head, f_bwd, g)
+                 + (n - 1) * overlap_excess(ag_layer + rs_layer, c_b, f_bwd, g) + rs_layer + rs_root)
     return exposed_f, exposed_b
 
 
@@ -579,6 +580,7 @@ def build_costs(
             return _tp_overlapped(p, direction, count, rs_s, ag_s, fwd, bwd)
         return count * mp_s
 
+    im = getattr(model, "interference", None)  # the profile's measured interference, if any
     stages = []
     for p in plans:
         s = p.index
@@ -586,12 +588,12 @@ def build_costs(
         rec_s = sum(oc.count * fwd[oc.op] for oc in p.recompute)
         bwd_s = sum(oc.count * bwd[oc.op] for oc in p.backward) + rec_s
         fsdp_f = fsdp_b = 0.0
+        accum_s = p.grad_accum_count * upd[p.grad_accum] if p.grad_accum is not None else 0.0
         in_steps = 0.0  # what measured interference adds to this stage's closed forms, per micro-batch
         if s in fsdp_colls:
             ag, rs, ag_root, rs_root = (wanted[c] for c in fsdp_colls[s])
             copy_layer, copy_root = _fsdp_copies(p, upd[fsdp_pass[s]]) if s in fsdp_pass else (0.0, 0.0)
             # the reduce-scatter's copy-in runs on its stream before it; the copy-outs on the compute stream
-            im = getattr(model, "interference", None)
             slow = (1.0, 1.0, 1.0)
             if im is not None:  # the gathers and reduce-scatters that overlap compute slow it, and it them
                 size = float(fsdp_colls[s][0].bytes)
@@ -606,7 +608,6 @@ def build_costs(
         cp_f = cp_b = cp_ring = cp_one = 0.0
         if s in cp_send:
             one_f, one_b = (wanted[c] for c in cp_send[s])
-            im = getattr(model, "interference", None)
             cp_slow = (1.0, 1.0, 1.0, 1.0)
             if im is not None:  # the attention and the K/V send beside it slow each other
                 b_f, b_b = (float(c.bytes) for c in cp_send[s])
@@ -650,14 +651,13 @@ def build_costs(
             interference_in_steps_s=in_steps,
             cp_fwd_s=cp_f, cp_bwd_s=cp_b, cp_ring_s=cp_ring, cp_send_s=cp_one,
             cp_bytes=float(2 * p.cp_ring.kv_entries) if p.cp_ring is not None else 0.0,
-            grad_accum_s=p.grad_accum_count * upd[p.grad_accum] if p.grad_accum is not None else 0.0,
+            grad_accum_s=accum_s,
             dp_bucket_ready=dp_ready[s],
             fsdp_fwd_s=fsdp_f, fsdp_bwd_s=fsdp_b,
             **_interference(model, p, bwd, [float(c.bytes) for c in dp_ar[s]]),
             **_host_fields(model, p, fwd_s, bwd_s, mp_total(p, "fwd", p.mp_allreduces_fwd),
                            mp_total(p, "bwd", p.mp_allreduces_bwd),
-                           upd[p.optimizer] + (p.grad_accum_count * upd[p.grad_accum] if p.grad_accum else 0.0),
-                           notes, (fwd, bwd)),
+                           upd[p.optimizer] + accum_s, notes, (fwd, bwd)),
         ))
     return IterationCosts(
         stages=tuple(stages), micro_batches=training.micro_batches, parallelism=par,
