@@ -352,22 +352,22 @@ class RunJitter:
         config = self.config
         if not config.congestion:
             return []
-        nominal = dict(getattr(network, "nominal", None) or network.capacities)
+        nominal = dict(network.nominal)
         procs = []
         for c in config.congestion:
             links = [link for link in sorted(nominal) if tier_of(link) == c.tier]
             if c.scope == "tier":
                 if links:
                     g = self.streams.child(("congestion", str(c.tier)))
-                    procs.append(congestion_process(env, network.set_capacity, links, nominal, c, g))
+                    procs.append(congestion_process(env, network.set_capacities, links, nominal, c, g))
                 continue
             for link in links:
                 g = self.streams.child(("congestion", str(link)))
-                procs.append(congestion_process(env, network.set_capacity, [link], nominal, c, g))
+                procs.append(congestion_process(env, network.set_capacities, [link], nominal, c, g))
         return procs
 
 
-def congestion_process(env: Any, set_capacity: Callable[[str, float], None], links: list[str],
+def congestion_process(env: Any, set_capacities: Callable[[dict[str, float]], None], links: list[str],
                        nominal: Mapping[str, float], c: Congestion,
                        g: np.random.Generator) -> Generator[Any, Any, None]:
     """Alternate exponential on/off periods; while on, ``links`` run at ``bandwidth_factor`` of nominal.
@@ -378,11 +378,9 @@ def congestion_process(env: Any, set_capacity: Callable[[str, float], None], lin
     on = g.random() < c.p_on
     while True:
         if on:
-            for link in links:
-                set_capacity(link, nominal[link] * c.bandwidth_factor)
+            set_capacities({link: nominal[link] * c.bandwidth_factor for link in links})
             yield env.timeout(c.mean_on_s * g.standard_exponential())
-            for link in links:
-                set_capacity(link, nominal[link])
+            set_capacities({link: nominal[link] for link in links})
         else:
             yield env.timeout(c.mean_off_s * g.standard_exponential())
         on = not on

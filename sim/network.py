@@ -179,36 +179,67 @@ class Network(Generic[Link]):
                 hot.append(b)
         if woke and self.record:
             self._record(route, woke, kind)
-        if hot:
+        if hot and (len(hot) > len(woke) or any(b not in woke for b in hot)):
             self._reshare(hot)
-        else:  # full speed, nobody else touched: _arm of a new flow, inlined (the common case)
-            flow.x = 1.0
-            timer = flow.timer = env.timeout(base_s, flow)
+        else:
+            # Nobody else touched: full speed, or alone on every hot bundle (a lone transfer through a
+            # congested link), where _reshare's one-route case gives the tightest bundle's
+            # capacity over load, computed here the same way. _arm of a new flow, inlined.
+            flow.x = x = min([b.cap / b.load for b in hot]) if hot else 1.0
+            timer = flow.timer = env.timeout(base_s / x, flow)
             timer.callbacks.append(self._on_timer_cb)
         return flow.done
 
     def set_capacity(self, link: Link, bytes_per_s: float) -> None:
         """Change a link's capacity now (a congestion episode); shares are recomputed if it was or
         becomes over-subscribed."""
-        if link not in self.capacity:
-            raise ConfigError("cluster", f"unknown link {link!r}")
-        if not bytes_per_s > 0:
-            raise ConfigError("simulation.jitter", f"capacity of {link} must stay positive, got {bytes_per_s!r}")
-        self.capacity[link] = bytes_per_s
-        b = self._bundle[link]
-        if b is None:
-            return
-        if len(b.links) > 1:  # its links no longer have one capacity
-            self._split(b, [[link], [e for e in b.links if e != link]])
-            b = cast("_Bundle[Link]", self._bundle[link])
-        was_hot = b.load > b.cap
-        b.cap = bytes_per_s
-        if b.flows and (was_hot or b.load > bytes_per_s):
-            self._reshare([b])
+        self.set_capacities({link: bytes_per_s})
+
+    def set_capacities(self, changes: Mapping[Link, float]) -> None:
+        """Change several links' capacities at one instant (a congestion episode over a whole tier).
+
+        A bundle splits only where its links end up with different capacities, so links that change
+        together stay one bundle (one link at a time would leave every link a bundle of its own and
+        every transfer touching each of them); the flows on bundles that were or become
+        over-subscribed are re-shared once, after every change."""
+        for link, c in changes.items():
+            if link not in self.capacity:
+                raise ConfigError("cluster", f"unknown link {link!r}")
+            if not c > 0:
+                raise ConfigError("simulation.jitter", f"capacity of {link} must stay positive, got {c!r}")
+        touched: list[_Bundle[Link]] = []  # bundles with a changed link, in the order first met
+        for link, c in changes.items():
+            self.capacity[link] = c
+            b = self._bundle[link]
+            if b is not None and b not in touched:
+                touched.append(b)
+        hot: list[_Bundle[Link]] = []
+        for b in touched:
+            # its links by new capacity (None: unchanged), in the bundle's link order
+            groups: dict[float | None, list[Link]] = {}
+            for e in b.links:
+                groups.setdefault(changes.get(e), []).append(e)
+            if len(groups) > 1:  # its links no longer have one capacity
+                rest = groups.pop(None, None)
+                self._split(b, list(groups.values()) + ([rest] if rest else []))
+            for new_cap, links in groups.items():
+                if new_cap is None:
+                    continue
+                piece = cast("_Bundle[Link]", self._bundle[links[0]])
+                was_hot = piece.load > piece.cap
+                piece.cap = new_cap
+                if piece.flows and (was_hot or piece.load > new_cap):
+                    hot.append(piece)
+        if hot:
+            self._reshare(hot)
 
     def active(self, link: Link) -> int:
         b = self._bundle[link]
         return len(b.flows) if b is not None else 0
+
+    def alike(self, a: Link, b: Link) -> bool:
+        """Whether links ``a`` and ``b`` are one bundle (one inequality of the shares) now."""
+        return self._bundle[a] is not None and self._bundle[a] is self._bundle[b]
 
     # -- routes and bundles -------------------------------------------------------------------
     def _intern(self, rates: dict[Link, float]) -> _Route[Link]:

@@ -32,6 +32,8 @@ class NetworkLike(Protocol):
 
     def set_capacity(self, link: str, bytes_per_s: float) -> None: ...
 
+    def set_capacities(self, changes: dict[str, float]) -> None: ...
+
 
 class RunPerturbation(Protocol):
     """A perturbation bound to one run: multiplies durations, may run congestion processes."""

@@ -198,9 +198,10 @@ class FakeNetwork:
         self.capacity = dict(caps)
         self.log = []
 
-    def set_capacity(self, link, value):
-        self.capacity[link] = value
-        self.log.append((link, value))
+    def set_capacities(self, changes):
+        for link, value in changes.items():
+            self.capacity[link] = value
+            self.log.append((link, value))
 
 
 def test_congestion_process_duty_cycle_and_levels():
@@ -212,14 +213,15 @@ def test_congestion_process_duty_cycle_and_levels():
     on_time = {"nic:0.0": 0.0}
     state = {"t": 0.0, "cap": 100.0}
 
-    def watch(link, value):
-        if link == "nic:0.0":
-            if state["cap"] < 100:
-                on_time[link] += env.now - state["t"]
-            state["t"], state["cap"] = env.now, value
-        net.capacity[link] = value
+    def watch(changes):
+        for link, value in changes.items():
+            if link == "nic:0.0":
+                if state["cap"] < 100:
+                    on_time[link] += env.now - state["t"]
+                state["t"], state["cap"] = env.now, value
+            net.capacity[link] = value
 
-    net.set_capacity = watch
+    net.set_capacities = watch
     procs = j.processes(env, net, np.random.default_rng(0))
     for p in procs:
         env.process(p)
@@ -246,7 +248,7 @@ def test_tier_scope_switches_all_links_together():
     for k in range(0, len(values), 4):
         assert len(set(values[k:k + 4])) == 1
     # a direct call: the generator sets the links and yields timeouts
-    gen = congestion_process(env, net.set_capacity, ["nic:0.0"], net.nominal, j.congestion[0],
+    gen = congestion_process(env, net.set_capacities, ["nic:0.0"], net.nominal, j.congestion[0],
                              np.random.default_rng(2))
     assert isinstance(next(gen), simpy.events.Timeout)
 

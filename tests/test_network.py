@@ -390,6 +390,72 @@ def test_a_small_route_table_changes_nothing(case):
         assert done[i] == pytest.approx(t, rel=1e-9, abs=1e-12)
 
 
+def test_links_changed_together_stay_one_bundle():
+    # One route over a..d: one bundle. At t=1 the whole tier drops to 5 (the flow's 10 over-subscribes
+    # it): one re-share, x = 1/2, and a..d stay one bundle. At t=3 a and b come back to 10: the bundle
+    # splits in two, the flow still runs at 1/2 (c, d), nothing is re-armed. Work: 1 s by t=1, 1 s more
+    # by t=3, the last 2 s at 1/2: ends at 7.
+    env = simpy.Environment()
+    net = Network(env, dict.fromkeys("abcd", 10.0))
+    out = {}
+
+    def flow():
+        yield net.transfer_rates(4.0, dict.fromkeys("abcd", 10.0), "x")
+        out["end"] = env.now
+
+    def congest():
+        yield env.timeout(1.0)
+        net.set_capacities(dict.fromkeys("abcd", 5.0))
+        out["tier"] = [net.alike("a", e) for e in "bcd"], net.recomputes, net.superseded
+        yield env.timeout(2.0)
+        net.set_capacities({"a": 10.0, "b": 10.0})
+        out["half"] = [net.alike("a", e) for e in "bcd"], net.alike("c", "d"), net.recomputes, net.superseded
+
+    env.process(flow())
+    env.process(congest())
+    env.run()
+    assert out["tier"] == ([True, True, True], 1, 1)
+    assert out["half"] == ([True, False, False], True, 2, 1)
+    assert out["end"] == pytest.approx(7.0, rel=1e-12)
+
+
+@st.composite
+def _tier_cases(draw):
+    caps, transfers, _ = draw(_cases())
+    links = sorted(caps)
+    changes = [(draw(_times), draw(st.lists(st.sampled_from(links), min_size=1, unique=True)),
+                draw(st.floats(0.5, 10.0))) for _ in range(draw(st.integers(1, 3)))]
+    return caps, transfers, changes
+
+
+@settings(max_examples=200, deadline=None)
+@given(_tier_cases())
+def test_several_links_changed_at_once_equal_from_scratch(case):
+    caps, transfers, changes = case
+    env = simpy.Environment()
+    net = Network(env, caps)
+    done = {}
+
+    def go(i, start, base, rates):
+        yield env.timeout(start)
+        yield net.transfer_rates(base, rates, f"t{i}")
+        done[i] = env.now
+
+    def change(t, links, c):
+        yield env.timeout(t)
+        net.set_capacities(dict.fromkeys(links, c))
+
+    for i, t in enumerate(transfers):
+        env.process(go(i, *t))
+    for c in changes:
+        env.process(change(*c))
+    env.run()
+    ref = reference_completions(caps, transfers, [(t, e, c) for t, links, c in changes for e in links])
+    assert set(done) == set(ref)
+    for i, t in ref.items():
+        assert done[i] == pytest.approx(t, rel=1e-9, abs=1e-12), (i, done, ref)
+
+
 _SCRIPT = """
 import random, simpy
 from trainsim.sim.network import Network
