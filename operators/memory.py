@@ -72,14 +72,17 @@ saved tensors, or in the autocast cache during a checkpointed forward). A layer 
 about 39 bytes per token and hidden unit: the fp32 residual input (4), bf16 inputs of the
 four linears (2 + 2 + 2 + 8), the QKV output kept by the rotary views (6), the rotated
 halves (1), sdpa's bf16 q, k and output (6) and GeLU's input (8). The loss keeps fp32
-log-probabilities and, in its backward, an fp32 gradient in and out: 12 bytes per logit.
+log-probabilities and, in its backward, an fp32 gradient in and out: 12 bytes per logit (16 per
+local logit under loss_parallel, whose log-softmax is unfused).
 With checkpointing a layer keeps its fp32 input (4 bytes per token and unit).
 Under PyTorch-native parallelism (operators.hf_stages): tensor parallelism divides the
 sharded parameters and the activations of the sharded operators by ``mp`` (the fp32
 residual input and the bf16 inputs of the two column-parallel linears, 8 of the 39 bytes,
 stay whole); a pipeline stage holds its own layers, and under 1F1B stage ``s`` keeps
-``min(pp - s, m)`` micro-batches in flight (GPipe: all m); DDP keeps a second fp32 copy of
-the gradients in its buckets (``gradient_as_bucket_view=False``, the default) and, when
+``min(pp - s, m)`` micro-batches in flight (GPipe: all m), and torch.distributed.pipelining adds
+its receive buffers (one per micro-batch and direction received in, kept between iterations) and
+each in-flight micro-batch's stage output (the last stage: its bf16 logits) until its backward;
+DDP keeps a second fp32 copy of the gradients in its buckets (``gradient_as_bucket_view=False``, the default) and, when
 micro-batches accumulate under ``no_sync``, a third during the synced backward; FSDP2 keeps
 1/dp of the weights, gradients and optimizer states plus the unsharded fp32 parameters of the
 layer computing, the one prefetched and the root, and one layer's unsharded gradients.
@@ -110,6 +113,11 @@ GIB = 2**30
 HF_LAYER_BYTES = 39.0
 HF_CHECKPOINT_BYTES = 4.0
 HF_LOSS_BYTES = 12.0
+# loss_parallel (tensor parallelism's vocabulary-sharded loss) computes the log-softmax unfused
+# (x - max, exp, log-sum-exp over the ranks): one more fp32 temporary per local logit at its peak
+# (measured on 2 H100s: 13.7 bytes per local logit over the LM head's output, against 9.9 on one GPU;
+# validation/memory_timeline_h100_2gpu/)
+HF_LOSS_PARALLEL_EXTRA_BYTES = 4.0
 HF_LAYER_GRAD_BYTES = 8.0  # gradient of the fp32 residual stream, in and out, while a layer runs backward
 HF_LAYER_WHOLE_BYTES = 8.0  # of HF_LAYER_BYTES, what tensor parallelism does not shard (see above)
 
@@ -224,13 +232,15 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
     params = plan.params
     u = b * l * d  # tokens x hidden
     layer = (HF_LAYER_WHOLE_BYTES + (HF_LAYER_BYTES - HF_LAYER_WHOLE_BYTES) / mp) * u
-    logits = HF_LOSS_BYTES * b * l * v / mp if plan.role.has_head else 0.0
+    per_logit = HF_LOSS_BYTES + (HF_LOSS_PARALLEL_EXTRA_BYTES if mp > 1 else 0.0)
+    logits = per_logit * b * l * v / mp if plan.role.has_head else 0.0
     in_flight = min(par.pp - plan.index, m) if par.schedule is not Schedule.GPIPE else m
     if training.recompute is Recompute.FULL:
         kept = in_flight * n * HF_CHECKPOINT_BYTES * u
         acts = kept + max(logits, layer + HF_LAYER_GRAD_BYTES * u)
     else:
         acts = in_flight * n * layer + logits
+    acts += _pipelining_runtime_bytes(model, training, par, plan, in_flight)
     if plan.fsdp is not None:  # FSDP2: 1/dp of everything, plus what is unsharded at a time
         units = plan.fsdp
         layer_b, root_b = units.layer_shard * units.ranks * 2.0, units.root_shard * units.ranks * 2.0  # fp32 bytes
@@ -243,9 +253,32 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
     # backward also holds the new gradient beside the accumulated .grad and the bucket: 3 copies
     # (measured on 2 and 4 H100s: +8.0 bytes per parameter over one GPU at m = 4, three shapes)
     grads = 4.0 * params * ((3 if m > 1 else 2) if par.dp > 1 else 1)
+    # Gradients are created (set_to_none) by the first backward: where every micro-batch's forward
+    # runs before it (one micro-batch; a pipeline stage with m <= its warm-up), the peak at the start
+    # of that backward has all the activations and no gradients yet.
     return MemoryEstimate(weights=4.0 * params + 2.0 * _linear_params(model, n, v, mp, plan.role.has_head),
                           grads=grads, optimizer=8.0 * params, activations=acts, stage=plan.index,
-                          not_together=min(4.0 * params, acts) if m == 1 else 0.0)
+                          not_together=min(4.0 * params, acts) if m <= in_flight else 0.0)
+
+
+def _pipelining_runtime_bytes(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan: StagePlan,
+                              in_flight: int) -> float:
+    """What torch.distributed.pipelining holds beside the layers' saved tensors (measured on 2 H100s,
+    validation/memory_probe_h100_2gpu/): a receive buffer per micro-batch for each direction the
+    stage receives in (activations from the previous stage, gradients from the next), allocated for
+    all ``m`` micro-batches and kept between iterations; each in-flight micro-batch's stage output,
+    kept for its backward (the fp32 residual stream; on the last stage the bf16 logits, which a
+    one-GPU loop frees once the loss is taken)."""
+    if par.pp == 1:
+        return 0.0
+    message = 2.0 * plan.p2p_entries  # bytes of one micro-batch's activations as they cross (fp32)
+    receives = (plan.index > 0) + (plan.index < par.pp - 1)
+    buffers = training.micro_batches * receives * message
+    if plan.role.has_head:
+        kept = 2.0 * training.micro_batch * model.seq_len * padded_vocab(model.vocab, 1) / par.mp
+    else:
+        kept = in_flight * message
+    return buffers + kept
 
 
 def _megatron_states(model: ModelSpec, training: TrainingSpec, par: Parallelism,

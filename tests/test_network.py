@@ -193,7 +193,8 @@ def reference_completions(caps, transfers, changes=()):
 
 
 def _run_changes(caps, transfers, changes=()):
-    """Like ``_run``, with capacity changes (time, link, capacity)."""
+    """Like ``_run``, with capacity changes (time, link, capacity); a list of links for the link
+    changes them at one instant (``set_capacities``)."""
     env = simpy.Environment()
     net = Network(env, caps)
     done = {}
@@ -205,7 +206,10 @@ def _run_changes(caps, transfers, changes=()):
 
     def change(t, link, c):
         yield env.timeout(t)
-        net.set_capacity(link, c)
+        if isinstance(link, list):
+            net.set_capacities(dict.fromkeys(link, c))
+        else:
+            net.set_capacity(link, c)
 
     for i, t in enumerate(transfers):
         env.process(go(i, *t))
@@ -432,24 +436,7 @@ def _tier_cases(draw):
 @given(_tier_cases())
 def test_several_links_changed_at_once_equal_from_scratch(case):
     caps, transfers, changes = case
-    env = simpy.Environment()
-    net = Network(env, caps)
-    done = {}
-
-    def go(i, start, base, rates):
-        yield env.timeout(start)
-        yield net.transfer_rates(base, rates, f"t{i}")
-        done[i] = env.now
-
-    def change(t, links, c):
-        yield env.timeout(t)
-        net.set_capacities(dict.fromkeys(links, c))
-
-    for i, t in enumerate(transfers):
-        env.process(go(i, *t))
-    for c in changes:
-        env.process(change(*c))
-    env.run()
+    done, _ = _run_changes(caps, transfers, changes)
     ref = reference_completions(caps, transfers, [(t, e, c) for t, links, c in changes for e in links])
     assert set(done) == set(ref)
     for i, t in ref.items():
