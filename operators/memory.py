@@ -82,10 +82,11 @@ stay whole); a pipeline stage holds its own layers, and under 1F1B stage ``s`` k
 ``min(pp - s, m)`` micro-batches in flight (GPipe: all m), and torch.distributed.pipelining adds
 its receive buffers (one per micro-batch and direction received in, kept between iterations) and
 each in-flight micro-batch's stage output (the last stage: its bf16 logits) until its backward;
-DDP keeps a second fp32 copy of the gradients in its buckets (``gradient_as_bucket_view=False``, the default) and, when
-micro-batches accumulate under ``no_sync``, a third during the synced backward; FSDP2 keeps
-1/dp of the weights, gradients and optimizer states plus the unsharded fp32 parameters of the
-layer computing, the one prefetched and the root, and one layer's unsharded gradients.
+DDP keeps a second fp32 copy of the gradients in its buckets (``gradient_as_bucket_view=False``,
+the default) and, when micro-batches accumulate under ``no_sync``, a third during the synced
+backward; FSDP2 keeps 1/dp of the weights, gradients and optimizer states plus the unsharded
+fp32 parameters of the layer computing, the one prefetched and the root, and one layer's
+unsharded gradients.
 """
 
 from __future__ import annotations
