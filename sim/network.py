@@ -84,14 +84,14 @@ class _Flow(Generic[Link]):
 
     __slots__ = ("route", "remaining", "x", "last", "timer", "done", "seq")
 
-    def __init__(self, route: _Route[Link], base_s: float, done: simpy.Event, now: float, seq: int) -> None:
+    def __init__(self, route: _Route[Link], base_s: float, done: simpy.Event | None, now: float, seq: int) -> None:
         self.seq = seq  # creation order: re-shared flows are processed in it, so runs are reproducible
         self.route = route
         self.remaining = base_s  # seconds of work left at full speed, as of ``last``
         self.x = 0.0  # current fraction of nominal speed
         self.last = now
         self.timer: simpy.Timeout | None = None  # the pending completion timeout
-        self.done = done
+        self.done = done  # None: the caller waits on the timer itself (see Network.transfer_rates)
 
 
 _SEQ = attrgetter("seq")
@@ -144,11 +144,16 @@ class Network(Generic[Link]):
         nominal = self.nominal
         return {e: min(w * nbytes / base_s, nominal[e]) for e, w in loads.items() if w > 0}
 
-    def transfer_rates(self, base_s: float, rates: Mapping[Link, float], kind: str) -> simpy.Event:
+    def transfer_rates(self, base_s: float, rates: Mapping[Link, float], kind: str, *,
+                       sole_waiter: bool = False) -> simpy.Event:
         """Start a transfer given its nominal rate per link (bytes/s at full speed).
 
         A ``dict`` of rates is kept and recognised by identity (a run's routes are made once and
         never change): the caller must not change it after passing it; pass a new dict instead.
+
+        ``sole_waiter``: the caller yields the returned event at once and nothing else waits on it
+        (a SimPy process, not a condition). The completion is then the flow's own timeout, one
+        event fewer per transfer; when a share change re-arms it, its waiter moves to the new one.
         """
         env = self.env
         if not base_s > 0 or not rates:
@@ -164,7 +169,7 @@ class Network(Generic[Link]):
         parts = route.parts if route.epoch == self._epoch else self._resolve(route)
         self.transfers += 1
         route.users += 1
-        flow: _Flow[Link] = _Flow(route, base_s, env.event(), env.now, self.transfers)
+        flow: _Flow[Link] = _Flow(route, base_s, None if sole_waiter else env.event(), env.now, self.transfers)
         hot: list[_Bundle[Link]] = []
         woke: list[_Bundle[Link]] = []
         for b, r in parts:
@@ -188,7 +193,7 @@ class Network(Generic[Link]):
             flow.x = x = min([b.cap / b.load for b in hot]) if hot else 1.0
             timer = flow.timer = env.timeout(base_s / x, flow)
             timer.callbacks.append(self._on_timer_cb)
-        return flow.done
+        return flow.done if flow.done is not None else cast(simpy.Timeout, flow.timer)
 
     def set_capacity(self, link: Link, bytes_per_s: float) -> None:
         """Change a link's capacity now (a congestion episode); shares are recomputed if it was or
@@ -315,10 +320,13 @@ class Network(Generic[Link]):
         flow.last = now
         flow.x = x
         old = flow.timer
-        if old is not None:
-            old.callbacks = []  # defused: it comes up and does nothing
-            self.superseded += 1
         timer = flow.timer = self.env.timeout(flow.remaining / x, flow)
+        if old is not None:
+            self.superseded += 1
+            if flow.done is None:  # its waiter is on the timer: ours first, then the waiter, move over
+                timer.callbacks, old.callbacks = old.callbacks, []
+                return
+            old.callbacks = []  # defused: it comes up and does nothing
         timer.callbacks.append(self._on_timer_cb)
 
     def _on_timer(self, ev: simpy.Event) -> None:
@@ -343,7 +351,8 @@ class Network(Generic[Link]):
             self._record(route, idle, None)
         flow.remaining = 0.0
         flow.timer = None
-        flow.done.succeed()
+        if flow.done is not None:  # else the waiter on the timer resumes right after this callback
+            flow.done.succeed()
         if hot:
             self._reshare(hot)
 

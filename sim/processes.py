@@ -65,7 +65,7 @@ def comm(ctx: Build, base_s: float, rates: Rates | None, kind: TrafficKind, key:
         tier = routes.tiers.get((kind, key), LinkTier.NIC) if routes is not None else LinkTier.NIC
         base_s *= perturb.comm_factor(kind, tier, max(rates.values()) * base_s if rates else 0.0)
     if ctx.opts.contention and rates:
-        return ctx.net.transfer_rates(base_s, rates, kind)
+        return ctx.net.transfer_rates(base_s, rates, kind, sole_waiter=True)
     return ctx.env.timeout(base_s)
 
 
