@@ -35,7 +35,8 @@ DEFAULT_MAX_EVENTS = 50_000_000
 #: one option raises both (a run's memory grows with what it simulates)
 DEFAULT_MAX_MEMORY_GIB = 8.0
 
-EVENTS_PER_STEP = 8  # measured 6.8 (GPT-20B, PP4 DP4) to 7.6 (16k GPUs) per forward or backward step
+EVENTS_PER_STEP = 8  # an upper bound: measured 5.4 (GPT-20B, PP4 DP4) to 5.8 (16k GPUs) per forward or backward
+# step since the engine's transfers complete on their own timeouts (2026-11-26; 6.8 to 7.6 before)
 EVENTS_PER_REPLICA = 12  # drain, gradient-sync barrier, optimizer, all-gather, finish
 EVENTS_PER_BUCKET = 4  # measured 3.0 per DP all-reduce bucket, independent of dp
 
