@@ -73,7 +73,8 @@ about 39 bytes per token and hidden unit: the fp32 residual input (4), bf16 inpu
 four linears (2 + 2 + 2 + 8), the QKV output kept by the rotary views (6), the rotated
 halves (1), sdpa's bf16 q, k and output (6) and GeLU's input (8). The loss keeps fp32
 log-probabilities and, in its backward, an fp32 gradient in and out: 12 bytes per logit (16 per
-local logit under loss_parallel, whose log-softmax is unfused).
+local logit under loss_parallel, whose log-softmax is unfused; and the vocabulary-parallel
+embedding's gradient is allocated at the whole vocabulary on every rank).
 With checkpointing a layer keeps its fp32 input (4 bytes per token and unit).
 Under PyTorch-native parallelism (operators.hf_stages): tensor parallelism divides the
 sharded parameters and the activations of the sharded operators by ``mp`` (the fp32
@@ -254,6 +255,11 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
     # backward also holds the new gradient beside the accumulated .grad and the bucket: 3 copies
     # (measured on 2 and 4 H100s: +8.0 bytes per parameter over one GPU at m = 4, three shapes)
     grads = 4.0 * params * ((3 if m > 1 else 2) if par.dp > 1 else 1)
+    if mp > 1 and plan.role.has_embedding:
+        # DTensor's vocabulary-parallel embedding runs its backward (embedding_dense_backward) at the
+        # global vocabulary: every rank's gradient of it is V x d fp32, not its V/mp rows (traced
+        # with torch.cuda.memory._snapshot on 2 H100s, validation/memory_timeline_h100_2gpu/)
+        grads += 4.0 * v * d * (1.0 - 1.0 / mp)
     # Gradients are created (set_to_none) by the first backward: where every micro-batch's forward
     # runs before it (one micro-batch; a pipeline stage with m <= its warm-up), the peak at the start
     # of that backward has all the activations and no gradients yet.

@@ -111,8 +111,8 @@ def test_hf_pipeline_with_no_more_micro_batches_than_its_warm_up_peaks_before_th
     assert last.not_together == 0  # the last stage runs B0 after F0 alone
 
 
-def test_hf_pipelined_peaks_against_the_probe():
-    # validation/memory_probe_h100_2gpu/memory_probe.jsonl: pp2 on 9 shapes, each rank's peak on 2 H100s
+def test_hf_pipelined_and_tensor_parallel_peaks_against_the_probe():
+    # validation/memory_probe_h100_2gpu/memory_probe.jsonl: pp2 and tp2 on 9 shapes, each rank's peak on 2 H100s
     import csv
     import json
     from pathlib import Path
@@ -121,21 +121,25 @@ def test_hf_pipelined_peaks_against_the_probe():
     rows = [json.loads(x) for x in (val / "memory_probe_h100_2gpu" / "memory_probe.jsonl").read_text().splitlines()]
     with open(val / "hf_parallel_shapes_memory.csv", newline="") as fh:
         heads = {s["name"]: int(s["heads"]) for s in csv.DictReader(fh)}
-    errs = []
-    for r in (r for r in rows if r["layout"] == "pp2"):
+    errs: dict[str, list[float]] = {"pp2": [], "tp2": []}
+    for r in rows:
         model = ModelSpec("gptneox", hidden=r["hidden"], heads=heads[r["shape"]], layers=r["layers"],
                           seq_len=r["seq_len"], vocab=50432, norm="layernorm", attention="flash", rotary=True)
         tr = TrainingSpec(micro_batch=r["micro_batch"], micro_batches=r["micro_batches"], framework="hf",
                           precision="bf16", recompute="none")
-        par = Parallelism(pp=2)
-        for p, measured in zip(build_stage_plans(model, tr, par), r["peak_gib"], strict=True):
-            errs.append(memory_per_gpu(model, tr, par, p).total_gib / measured - 1)
-    assert len(errs) == 18
-    assert max(abs(e) for e in errs) < 0.06  # -5.3 % at worst (d1024's first stage)
-    assert sum(abs(e) for e in errs) / len(errs) < 0.025  # 1.9 %
+        par = Parallelism(pp=2) if r["layout"] == "pp2" else Parallelism(mp=2)
+        plans = build_stage_plans(model, tr, par)
+        for p, measured in zip(plans * (2 // len(plans)), r["peak_gib"], strict=True):  # tp2: one plan, 2 ranks
+            errs[r["layout"]].append(memory_per_gpu(model, tr, par, p).total_gib / measured - 1)
+    pp2, tp2 = errs["pp2"], errs["tp2"]
+    assert len(pp2) == len(tp2) == 18
+    assert max(abs(e) for e in pp2) < 0.06  # -5.3 % at worst (d1024's first stage)
+    assert sum(abs(e) for e in pp2) / len(pp2) < 0.025  # 1.9 %
+    assert max(abs(e) for e in tp2) < 0.025  # -1.9 % at worst (d1024)
+    assert sum(abs(e) for e in tp2) / len(tp2) < 0.015  # 1.1 %
 
 
-def test_hf_loss_parallel_holds_one_more_fp32_temporary_per_local_logit():
+def test_hf_tensor_parallel_loss_and_embedding_gradient():
     tr = TrainingSpec(micro_batch=2, micro_batches=2, framework="hf", precision="bf16", recompute="none")
     one, two = Parallelism(), Parallelism(mp=2)
     e1 = memory_per_gpu(TINY, tr, one, build_stage_plans(TINY, tr, one))
@@ -144,6 +148,10 @@ def test_hf_loss_parallel_holds_one_more_fp32_temporary_per_local_logit():
     assert e1.activations == 2 * 39 * u + 12 * 2 * 32 * 256
     # mp = 2: 8 of the 39 bytes stay whole, 31 are halved; 12 + 4 bytes per local logit (v/2 per rank)
     assert e2.activations == 2 * (8 + 31 / 2) * u + 16 * 2 * 32 * 256 / 2
+    # and the vocabulary-parallel embedding's gradient is the whole v x d in fp32 on each rank
+    (plan,) = build_stage_plans(TINY, tr, two)
+    assert e1.grads == 4 * build_stage_plans(TINY, tr, one)[0].params
+    assert e2.grads == 4 * plan.params + 4 * 256 * 64 / 2
 
 
 def test_hf_pipelined_rows_of_the_tables_match_once_the_old_trainers_leak_is_added():

@@ -22,6 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import probe_common  # noqa: E402
 import train_hf_parallel as thp  # noqa: E402
 
+ALLOCATOR_FRAMES = ("unwind", "CapturedTraceback", "gather_with_cpp", "CachingAllocator", "c10::Storage",
+                    "StorageImpl", "empty_generic", "empty_cuda", "at::empty", "at::detail::empty")
+
 
 def main() -> int:
     ap = argparse.ArgumentParser()
@@ -29,6 +32,9 @@ def main() -> int:
     ap.add_argument("--shapes", required=True)
     ap.add_argument("--shape", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--snapshot-at", default=None, metavar="TAG#K",
+                    help="at the K-th event TAG (e.g. 'F> lm_head#2'), list the largest live allocations "
+                         "with the Python frames that made them (torch.cuda.memory._snapshot)")
     args = ap.parse_args()
     import torch
     import torch.distributed as dist
@@ -45,11 +51,30 @@ def main() -> int:
     events: list[tuple[str, float, float]] = []
     on = [False]
     counter: dict[str, int] = {}
+    snap_tag, _, snap_k = (args.snapshot_at or "").partition("#")
+    largest: list[dict] = []
+
+    def snapshot() -> None:
+        blocks = []
+        for seg in torch.cuda.memory._snapshot()["segments"]:
+            for blk in seg["blocks"]:
+                if blk["state"] == "active_allocated":
+                    # the allocator's own frames dropped; backward's allocations (the autograd engine's
+                    # thread) have C++ frames only
+                    frames = [f"{f['filename'].split('site-packages/')[-1]}:{f['line']} {f['name'][:90]}"
+                              for f in blk.get("frames", [])
+                              if not any(k in f["name"] for k in ALLOCATOR_FRAMES)][:30]
+                    blocks.append({"mib": blk["size"] / 2**20, "frames": frames})
+        largest.extend(sorted(blocks, key=lambda b: -b["mib"])[:25])
 
     def mark(tag: str) -> None:
         if on[0]:
             events.append((tag, torch.cuda.memory_allocated(env.device) / gib,
                            torch.cuda.max_memory_allocated(env.device) / gib))
+            if tag == snap_tag:
+                counter[tag] = counter.get(tag, 0) + 1
+                if str(counter[tag]) == snap_k:
+                    snapshot()
 
     def name_of(mod) -> str | None:
         cls = type(mod).__name__
@@ -93,6 +118,8 @@ def main() -> int:
     params = list(trainer.named_params())
     param_bytes = sum(p.numel() * p.element_size() for _n, p in params)
     n_params = sum(p.numel() for _n, p in params)
+    if snap_tag:
+        torch.cuda.memory._record_memory_history(max_entries=200000, stacks="all")
     torch.cuda.synchronize()
     rest = torch.cuda.memory_allocated(env.device) / gib
     torch.cuda.reset_peak_memory_stats(env.device)
@@ -113,7 +140,7 @@ def main() -> int:
            "param_bytes": param_bytes, "grad_bytes": counter.get("grad_bytes"),
            "opt_state_bytes": counter.get("opt_state_bytes"), "rest_gib": rest, "peak_gib": peak,
            "peak_after": events[at - 1][0] if at > 0 else None, "peak_before": events[at][0],
-           "events": events, "device": probe_common.device_name(torch, env)}
+           "events": events, "largest_at_snapshot": largest, "device": probe_common.device_name(torch, env)}
     for r in range(env.world):  # one rank at a time appends its line
         if r == env.rank:
             probe_common.append_json(args.out, row)
@@ -122,6 +149,10 @@ def main() -> int:
                   f"grads {(counter.get('grad_bytes') or 0) / gib:.2f} GiB, "
                   f"optimizer {(counter.get('opt_state_bytes') or 0) / gib:.2f} GiB", flush=True)
         env.barrier()
+    if largest and env.rank == 0:
+        for blk in largest[:10]:
+            calls = " <- ".join(f.split(" ", 1)[-1][:60] for f in blk["frames"])
+            print(f"  {blk['mib']:9.1f} MiB  {calls}", flush=True)
     del trainer
     thp.free_memory(env)
     return probe_common.finish(env)
