@@ -43,6 +43,11 @@ class StepCost:
     host_s: float = 0.0  # the runtime's host time beyond the GPU work (sim.costs.StageCost.host_*_extra_s)
     fsdp_s: float = 0.0  # FSDP2 all-gathers / reduce-scatters its prefetching does not hide
     cp_s: float = 0.0  # context parallelism's K/V ring sends the attention does not hide
+    # compute and MP all-reduce only (no host, FSDP or CP time): the engine's fast path
+    plain: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plain", self.host_s <= 0 and self.fsdp_s <= 0 and self.cp_s <= 0)
 
 
 StepTable = dict[tuple[StepKind, int], StepCost]

@@ -122,7 +122,21 @@ def stage_process(env: simpy.Environment, ctx: Build, stage: int, replica: int, 
                 meet(env, posted, key).succeed()
             yield meet(env, mailbox, key)
         posted_ahead = False
-        yield from compute_step(env, ctx, lane, step, sc, i == last and lane.bucketed)
+        if sc.plain and not (i == last and lane.bucketed):
+            # compute_step's common case inlined (no CP, FSDP or host time; no buckets to release)
+            t0 = env.now
+            yield env.timeout(sc.compute_s * lane.factor(ctx))
+            t1 = env.now
+            lane.tally.compute += t1 - t0
+            if lane.track is not None:
+                _record_compute(ctx, lane, step, sc, t0, t1)
+            if sc.mp_s > 0:
+                yield comm(ctx, sc.mp_s, lane.mp_rates, MP, stage)
+                lane.tally.mp += env.now - t1
+                if lane.track is not None:
+                    lane.span(ctx, f"MP all-reduce {step.kind}{step.micro}", "mp", t1, env.now)
+        else:
+            yield from compute_step(env, ctx, lane, step, sc, i == last and lane.bucketed)
         if rendezvous and i < last:
             posted_ahead = post_next_receive(env, ctx, lane, step, steps[i + 1])
         if sc.dest is not None:
