@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,8 +122,16 @@ class Scenario:
         return t.micro_batch * t.micro_batches * self.parallelism.dp * self.model.seq_len
 
 
-#: libyaml's safe loader where PyYAML was built with it (several times faster), else PyYAML's own
-_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """libyaml's safe loader where PyYAML was built with it (several times faster), else PyYAML's own;
+    plus YAML 1.2's floats with an exponent and no point (``1e9``, ``5E-3``), which YAML 1.1 reads as
+    strings, so that ``--set ...mean_on_s=1e9`` is a number as it is everywhere else."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+_LOADER: Any = _Loader
 
 
 def bundled_names() -> list[str]:

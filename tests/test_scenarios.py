@@ -34,6 +34,19 @@ def test_preset_and_overrides():
     assert sc.tokens_per_iteration == 4 * 8 * 4 * 2048
 
 
+def test_numbers_with_an_exponent_and_no_point_are_numbers():
+    # YAML 1.1 reads 1e9 as a string; the scenario loader takes YAML 1.2's floats too
+    sc = load_scenario("paper-gpt20b-4-4-8-vista", ["simulation.jitter.congestion.nic.mean_on_s=1e9",
+                                                     "simulation.jitter.congestion.nic.mean_off_s=2.5E-3",
+                                                     "simulation.jitter.congestion.nic.bandwidth_factor=5e-1"])
+    nic = sc.simulation.jitter["congestion"]["nic"]
+    assert (nic["mean_on_s"], nic["mean_off_s"], nic["bandwidth_factor"]) == (1e9, 2.5e-3, 0.5)
+    with pytest.raises(ConfigError, match="mean_on_s"):  # still no number
+        load_scenario("paper-gpt20b-4-4-8-vista", ["simulation.jitter.congestion.nic.mean_on_s=1e9x",
+                                                   "simulation.jitter.congestion.nic.mean_off_s=1",
+                                                   "simulation.jitter.congestion.nic.bandwidth_factor=0.5"])
+
+
 def write(tmp_path, text, name="s.yaml"):
     p = tmp_path / name
     p.write_text(text)
