@@ -53,6 +53,7 @@ def main() -> int:
     counter: dict[str, int] = {}
     snap_tag, _, snap_k = (args.snapshot_at or "").partition("#")
     largest: list[dict] = []
+    sites: dict[str, float] = {}
 
     def snapshot() -> None:
         blocks = []
@@ -66,6 +67,15 @@ def main() -> int:
                               if not any(k in f["name"] for k in ALLOCATOR_FRAMES)][:30]
                     blocks.append({"mib": blk["size"] / 2**20, "frames": frames})
         largest.extend(sorted(blocks, key=lambda b: -b["mib"])[:25])
+        # every live block by the first frame that names an operator (or Python code): what holds the memory
+        for blk in blocks:
+            native = next((f.split(" ", 1)[-1].split("(")[0] for f in blk["frames"]
+                           if "at::native::" in f and "empty" not in f), "")
+            code = next((f.split(" ", 1)[0] + " " + f.split(" ", 1)[-1][:30] for f in blk["frames"]
+                         if ".py:" in f and "torch/" not in f.split(" ", 1)[0]), "")
+            site = f"{native} | {code}" if native or code else ("no frames: allocated before the recorded step"
+                                                                  if not blk["frames"] else "other")
+            sites[site] = sites.get(site, 0.0) + blk["mib"]
 
     def mark(tag: str) -> None:
         if on[0]:
@@ -140,7 +150,9 @@ def main() -> int:
            "param_bytes": param_bytes, "grad_bytes": counter.get("grad_bytes"),
            "opt_state_bytes": counter.get("opt_state_bytes"), "rest_gib": rest, "peak_gib": peak,
            "peak_after": events[at - 1][0] if at > 0 else None, "peak_before": events[at][0],
-           "events": events, "largest_at_snapshot": largest, "device": probe_common.device_name(torch, env)}
+           "events": events, "largest_at_snapshot": largest,
+           "mib_by_site_at_snapshot": dict(sorted(sites.items(), key=lambda kv: -kv[1])),
+           "device": probe_common.device_name(torch, env)}
     for r in range(env.world):  # one rank at a time appends its line
         if r == env.rank:
             probe_common.append_json(args.out, row)
@@ -150,6 +162,8 @@ def main() -> int:
                   f"optimizer {(counter.get('opt_state_bytes') or 0) / gib:.2f} GiB", flush=True)
         env.barrier()
     if largest and env.rank == 0:
+        for site, mib in sorted(sites.items(), key=lambda kv: -kv[1])[:25]:
+            print(f"  site {mib:9.1f} MiB  {site}", flush=True)
         for blk in largest[:10]:
             calls = " <- ".join(f.split(" ", 1)[-1][:60] for f in blk["frames"])
             print(f"  {blk['mib']:9.1f} MiB  {calls}", flush=True)
