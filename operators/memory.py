@@ -234,15 +234,15 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
     params = plan.params
     u = b * l * d  # tokens x hidden
     layer = (HF_LAYER_WHOLE_BYTES + (HF_LAYER_BYTES - HF_LAYER_WHOLE_BYTES) / mp) * u
-    per_logit = HF_LOSS_BYTES + (HF_LOSS_PARALLEL_EXTRA_BYTES if mp > 1 else 0.0)
-    logits = per_logit * b * l * v / mp if plan.role.has_head else 0.0
+    local_logits = b * l * v / mp if plan.role.has_head else 0.0
+    logits = (HF_LOSS_BYTES + (HF_LOSS_PARALLEL_EXTRA_BYTES if mp > 1 else 0.0)) * local_logits
     in_flight = min(par.pp - plan.index, m) if par.schedule is not Schedule.GPIPE else m
     if training.recompute is Recompute.FULL:
         kept = in_flight * n * HF_CHECKPOINT_BYTES * u
         acts = kept + max(logits, layer + HF_LAYER_GRAD_BYTES * u)
     else:
         acts = in_flight * n * layer + logits
-    acts += _pipelining_runtime_bytes(model, training, par, plan, in_flight)
+    acts += _pipelining_runtime_bytes(par, plan, m, in_flight, local_logits)
     if plan.fsdp is not None:  # FSDP2: 1/dp of everything, plus what is unsharded at a time
         units = plan.fsdp
         layer_b, root_b = units.layer_shard * units.ranks * 2.0, units.root_shard * units.ranks * 2.0  # fp32 bytes
@@ -268,8 +268,8 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
                           not_together=min(4.0 * params, acts) if m <= in_flight else 0.0)
 
 
-def _pipelining_runtime_bytes(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan: StagePlan,
-                              in_flight: int) -> float:
+def _pipelining_runtime_bytes(par: Parallelism, plan: StagePlan, m: int, in_flight: int,
+                              local_logits: float) -> float:
     """What torch.distributed.pipelining holds beside the layers' saved tensors (measured on 2 H100s,
     validation/memory_probe_h100_2gpu/): a receive buffer per micro-batch for each direction the
     stage receives in (activations from the previous stage, gradients from the next), allocated for
@@ -280,12 +280,8 @@ def _pipelining_runtime_bytes(model: ModelSpec, training: TrainingSpec, par: Par
         return 0.0
     message = 2.0 * plan.p2p_entries  # bytes of one micro-batch's activations as they cross (fp32)
     receives = (plan.index > 0) + (plan.index < par.pp - 1)
-    buffers = training.micro_batches * receives * message
-    if plan.role.has_head:
-        kept = 2.0 * training.micro_batch * model.seq_len * padded_vocab(model.vocab, 1) / par.mp
-    else:
-        kept = in_flight * message
-    return buffers + kept
+    kept = 2.0 * local_logits if plan.role.has_head else in_flight * message
+    return m * receives * message + kept
 
 
 def _megatron_states(model: ModelSpec, training: TrainingSpec, par: Parallelism,

@@ -319,9 +319,9 @@ class RunJitter:
         if body is None:
             f = 1.0
         else:
-            # transfer_sigma and _lognormal, inlined: the hot path of a jittered run
             if nbytes > message:
-                sigma = math.sqrt(math.log1p(math.expm1(sigma * sigma) / math.ceil(nbytes / message)))  # type: ignore[operator]
+                sigma = transfer_sigma(sigma, nbytes, message)  # type: ignore[arg-type]
+            # _lognormal, inlined: the hot path of a jittered run
             f = math.exp(sigma * body() - 0.5 * sigma * sigma)  # type: ignore[operator]
         if tail_draw is not None:
             f *= _pareto_tail(tail, 0.5 * math.erfc(-tail_draw() / math.sqrt(2.0)))  # type: ignore[arg-type]

@@ -172,6 +172,7 @@ class Network(Generic[Link]):
         flow: _Flow[Link] = _Flow(route, base_s, None if sole_waiter else env.event(), env.now, self.transfers)
         hot: list[_Bundle[Link]] = []
         woke: list[_Bundle[Link]] = []
+        shared = False  # a hot bundle other flows are on too: they must be re-shared with this one
         for b, r in parts:
             on = b.flows
             if on:
@@ -179,13 +180,15 @@ class Network(Generic[Link]):
             else:
                 b.load = total = r
                 woke.append(b)
-            on[flow] = r
             if total > b.cap:
                 hot.append(b)
+                shared = shared or bool(on)
+            on[flow] = r
         if woke and self.record:
             self._record(route, woke, kind)
-        if hot and (len(hot) > len(woke) or any(b not in woke for b in hot)):
+        if shared:
             self._reshare(hot)
+            timer = flow.timer
         else:
             # Nobody else touched: full speed, or alone on every hot bundle (a lone transfer through a
             # congested link), where _reshare's one-route case gives the tightest bundle's
@@ -193,7 +196,7 @@ class Network(Generic[Link]):
             flow.x = x = min([b.cap / b.load for b in hot]) if hot else 1.0
             timer = flow.timer = env.timeout(base_s / x, flow)
             timer.callbacks.append(self._on_timer_cb)
-        return flow.done if flow.done is not None else cast(simpy.Timeout, flow.timer)
+        return flow.done if flow.done is not None else timer  # type: ignore[return-value]  # armed above
 
     def set_capacity(self, link: Link, bytes_per_s: float) -> None:
         """Change a link's capacity now (a congestion episode); shares are recomputed if it was or

@@ -69,3 +69,10 @@ def append_json(path: str, row: dict) -> None:
 def device_name(torch: Any, env: Any) -> str:
     """The GPU's name, "cpu" without one."""
     return str(torch.cuda.get_device_name(env.device)) if env.cuda else "cpu"
+
+
+def record(env: Any, torch: Any, out: str, row: dict, line: str) -> None:
+    """Rank 0: ``row``, with the GPU's name, appended to ``out`` and ``line`` printed."""
+    if env.rank == 0:
+        append_json(out, {**row, "device": device_name(torch, env)})
+        print(line, flush=True)

@@ -76,18 +76,16 @@ def main() -> int:
                 env.timed_step(trainer)
                 phases = targs.phase_log
                 targs.phase_log = None
-                if env.rank == 0:
-                    row = {"shape": sname, "variant": name, "round": rnd, "min_s": min(walls),
-                           "median_s": statistics.median(walls),
-                           "fwd_s": [p[1] for p in phases if p[0] == "mb"],
-                           "bwd_s": [p[2] for p in phases if p[0] == "mb"],
-                           "update_s": [p[1] for p in phases if p[0] == "update"],
-                           "device": probe_common.device_name(torch, env)}
-                    probe_common.append_json(args.out, row)
-                    print(f"{sname:9s} r{rnd} {name:8s} min {row['min_s']:.4f} med {row['median_s']:.4f} | "
-                          f"fwd {' '.join(f'{x * 1e3:5.1f}' for x in row['fwd_s'])} | "
-                          f"bwd {' '.join(f'{x * 1e3:5.1f}' for x in row['bwd_s'])} | "
-                          f"upd {row['update_s'][0] * 1e3:5.1f} ms", flush=True)
+                row = {"shape": sname, "variant": name, "round": rnd, "min_s": min(walls),
+                       "median_s": statistics.median(walls),
+                       "fwd_s": [p[1] for p in phases if p[0] == "mb"],
+                       "bwd_s": [p[2] for p in phases if p[0] == "mb"],
+                       "update_s": [p[1] for p in phases if p[0] == "update"]}
+                probe_common.record(env, torch, args.out, row,
+                                    f"{sname:9s} r{rnd} {name:8s} min {row['min_s']:.4f} med {row['median_s']:.4f} | "
+                                    f"fwd {' '.join(f'{x * 1e3:5.1f}' for x in row['fwd_s'])} | "
+                                    f"bwd {' '.join(f'{x * 1e3:5.1f}' for x in row['bwd_s'])} | "
+                                    f"upd {row['update_s'][0] * 1e3:5.1f} ms")
                 del trainer
                 thp.free_memory(env)
                 env.barrier()

@@ -112,15 +112,13 @@ def main() -> int:
             split = phases(env, trainer, targs, "before", args.iters)
             each = phases(env, trainer, targs, "each", max(2, args.iters // 2))
             targs.phase_log = None
-            if env.rank == 0:
-                row = {"layout": name, "shape": sname, "layers": shape.layers, "micro_batches": shape.micro_batches,
-                       "min_s": base, "split": split, "each": each,
-                       "device": probe_common.device_name(torch, env)}
-                probe_common.append_json(args.out, row)
-                print(f"{name:10s} {sname:12s} min {base:.4f}  issue fwd {split['fwd_s']*1e3:7.2f} ms "
-                      f"bwd {split['bwd_s']*1e3:7.2f} ms upd {split['update_s']*1e3:6.2f} ms | "
-                      f"synced fwd {each['fwd_s']*1e3:7.2f} bwd {each['bwd_s']*1e3:7.2f} "
-                      f"iter {each['iteration_s']:.4f}", flush=True)
+            probe_common.record(env, torch, args.out,
+                                {"layout": name, "shape": sname, "layers": shape.layers,
+                                 "micro_batches": shape.micro_batches, "min_s": base, "split": split, "each": each},
+                                f"{name:10s} {sname:12s} min {base:.4f}  issue fwd {split['fwd_s']*1e3:7.2f} ms "
+                                f"bwd {split['bwd_s']*1e3:7.2f} ms upd {split['update_s']*1e3:6.2f} ms | "
+                                f"synced fwd {each['fwd_s']*1e3:7.2f} bwd {each['bwd_s']*1e3:7.2f} "
+                                f"iter {each['iteration_s']:.4f}")
             del trainer
             thp.free_memory(env)
     return probe_common.finish(env)

@@ -49,15 +49,13 @@ def main() -> int:
             mine = torch.tensor([peak, rest], dtype=torch.float64, device=env.device)
             every = [torch.zeros_like(mine) for _ in range(env.world)]
             dist.all_gather(every, mine)
-            if env.rank == 0:
-                row = {"layout": name, "shape": shape.name, "hidden": shape.hidden, "layers": shape.layers,
-                       "seq_len": shape.seq_len, "micro_batch": shape.micro_batch,
-                       "micro_batches": shape.micro_batches, "stage_layers": trainer.stage_layers,
-                       "peak_gib": [float(t[0]) for t in every], "rest_gib": [float(t[1]) for t in every],
-                       "device": probe_common.device_name(torch, env)}
-                probe_common.append_json(args.out, row)
-                print(f"{name:8s} {shape.name:14s} peak {' '.join(f'{x:6.2f}' for x in row['peak_gib'])} "
-                      f"rest {' '.join(f'{x:6.2f}' for x in row['rest_gib'])} GiB", flush=True)
+            row = {"layout": name, "shape": shape.name, "hidden": shape.hidden, "layers": shape.layers,
+                   "seq_len": shape.seq_len, "micro_batch": shape.micro_batch,
+                   "micro_batches": shape.micro_batches, "stage_layers": trainer.stage_layers,
+                   "peak_gib": [float(t[0]) for t in every], "rest_gib": [float(t[1]) for t in every]}
+            probe_common.record(env, torch, args.out, row,
+                                f"{name:8s} {shape.name:14s} peak {' '.join(f'{x:6.2f}' for x in row['peak_gib'])} "
+                                f"rest {' '.join(f'{x:6.2f}' for x in row['rest_gib'])} GiB")
             del trainer
             thp.free_memory(env)
             env.barrier()
