@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -184,13 +184,12 @@ class Jitter:
         if source == "congestion":
             return Jitter(congestion=self.congestion, preset=self.preset)
         if source == "tail":  # the heavy tail of every tier that has one, lognormal bodies off
-            return Jitter(noise=tuple(TierNoise(tn.tier, 0.0, (), tn.tail_probability, tn.tail_alpha, tn.message_bytes)
-                                      for tn in self.noise if tn.tail_probability > 0), preset=self.preset)
+            return Jitter(noise=tuple(replace(tn, sigma=0.0, kinds=()) for tn in self.noise if tn.tail_probability > 0),
+                          preset=self.preset)
         kinds = SOURCE_KINDS[source]
-        noise = tuple(
-            TierNoise(tn.tier, 0.0, tuple((k, tn.sigma_for(k)) for k in kinds), message_bytes=tn.message_bytes)
-            for tn in self.noise
-        )
+        # the source's kinds at their sigmas, everything else (the tail included) off; the tier's messages kept
+        noise = tuple(replace(tn, sigma=0.0, kinds=tuple((k, tn.sigma_for(k)) for k in kinds), tail_probability=0.0,
+                              tail_alpha=2.0) for tn in self.noise)
         return Jitter(noise=noise, preset=self.preset)
 
     def to_mapping(self) -> dict[str, Any]:
