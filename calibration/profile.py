@@ -705,6 +705,21 @@ def _with_transferred_compute(prof: FittedProfile, source: str, path: Path, refe
     return merged
 
 
+def _own_or_borrowed(path: Path, file: str, meta: dict, key: str) -> Path | None:
+    """``path/file`` if the sample directory has it, else the same file of the shipped profile its
+    ``meta.json`` names under ``key`` (a measurement of another GPU's host that stands in, said
+    in that meta.json), else None."""
+    if (path / file).is_file():
+        return path / file
+    source = meta.get(key)
+    if source is None:
+        return None
+    borrowed = SHIPPED_DIR / str(source) / file
+    if not (isinstance(source, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", source) and borrowed.is_file()):
+        raise ConfigError(str(path / META_FILE), f"{key} must name a shipped profile that has {file}, got {source!r}")
+    return borrowed
+
+
 class _Merged(Mapping[str, Regressor]):
     """Two profiles' regressors as one mapping (the first wins on a shared key)."""
 
@@ -831,12 +846,14 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
                                              on_total)
         from trainsim.calibration.host_overhead import HOST_FILE, load_host_overhead
 
-        if (path / HOST_FILE).is_file():  # the runtimes' host cost on the machine the samples came from
-            prof.host_overhead = load_host_overhead(path / HOST_FILE)
-        if (path / INTERFERENCE_FILE).is_file():  # how compute and NCCL slow each other on that GPU
+        host_file = _own_or_borrowed(path, HOST_FILE, meta, "host_overhead_from")
+        if host_file is not None:  # the runtimes' host cost on the machine the samples came from
+            prof.host_overhead = load_host_overhead(host_file)
+        interference_file = _own_or_borrowed(path, INTERFERENCE_FILE, meta, "interference_from")
+        if interference_file is not None:  # how compute and NCCL slow each other on that GPU
             from trainsim.calibration.interference import load_interference
 
-            prof.interference = load_interference(path / INTERFERENCE_FILE)
+            prof.interference = load_interference(interference_file)
         return prof
     known = ["reference:Perlmutter", "reference:Vista", "roofline:<gpu>", "transfer:<gpu>", *shipped_profiles()]
     raise ConfigError("profile", f"unknown profile '{name}'; known: {', '.join(known)}, or a sample directory")

@@ -17,12 +17,14 @@ import argparse
 import sys
 import warnings
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
-from trainsim.calibration.efficiency import REFERENCE_GPUS
+from trainsim.calibration.efficiency import REFERENCE_GPUS, gpu_of_samples
 from trainsim.calibration.profile import ExtrapolationWarning, load_profile
 from trainsim.calibration.reference import load_reference, resolve_reference_dir
+from trainsim.calibration.samples import META_FILE, load_sample_dir, read_meta
 
 GEMM_KINDS = ("linear1", "linear2", "linear3", "linear4", "linear_final", "baddbmm", "bmm")
 
@@ -31,7 +33,22 @@ def check(cluster: str, reference_dir: str | None, source: str, cache_dir: str |
     """One row per (operator, direction): n, transfer MAPE and median error, source-as-is MAPE."""
     root = resolve_reference_dir(reference_dir)
     compute, _ = load_reference(root, cluster)
-    gpu = REFERENCE_GPUS[cluster]
+    return score(cluster, REFERENCE_GPUS[cluster], compute, source, cache_dir)
+
+
+def check_samples(directory: str, source: str, cache_dir: str | None = None, min_us: float = 0.0) -> list[dict]:
+    """:func:`check` on a measured sample directory of another GPU (its ``meta.json`` names it),
+    e.g. the H200's operator samples scored against the H100's transferred efficiencies. ``min_us``
+    keeps the samples at least that long (the H100's Megatron kinds were timed with CUDA events
+    around each run, the H200's on the GPU alone: below ~100 us the two methods, not the GPUs, differ)."""
+    samples = load_sample_dir(directory)
+    gpu = gpu_of_samples(read_meta(Path(directory) / META_FILE), str(Path(directory) / META_FILE))
+    return score(directory, gpu, [s for s in samples.compute if s.duration_us >= min_us], source, cache_dir)
+
+
+def score(cluster: str, gpu: str, compute: list, source: str, cache_dir: str | None) -> list[dict]:
+    """Price ``compute`` (samples of ``gpu``; ``cluster`` labels the rows) with ``source``'s
+    efficiencies moved to that GPU."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ExtrapolationWarning)
         base = load_profile(source, cache_dir=cache_dir, model="efficiency")
@@ -61,11 +78,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reference-data", default=None)
     p.add_argument("--source", default="h100-sxm-bf16")
     p.add_argument("--cluster", action="append", choices=tuple(REFERENCE_GPUS), default=None)
+    p.add_argument("--samples", action="append", default=None, metavar="DIR",
+                   help="instead: a measured sample directory of another GPU (e.g. calibration/profiles/h200-sxm-bf16)")
+    p.add_argument("--min-us", type=float, default=0.0, help="with --samples: only samples at least this long")
     args = p.parse_args(argv)
     print("| cluster (GPU) | operator | dir | n | transfer MAPE | median error | H100 prices as-is MAPE |")
     print("|---|---|---|---:|---:|---:|---:|")
-    for cluster in args.cluster or list(REFERENCE_GPUS):
-        rows = check(cluster, args.reference_data, args.source)
+    targets = [(d, lambda d=d: check_samples(d, args.source, min_us=args.min_us)) for d in args.samples or []] or [
+        (c, lambda c=c: check(c, args.reference_data, args.source)) for c in args.cluster or list(REFERENCE_GPUS)]
+    for cluster, run in targets:
+        rows = run()
         for r in rows:
             print(f"| {cluster} ({r['gpu']}) | {r['operator']} | {r['direction']} | {r['n']} | {r['mape_pct']:.1f} % | "
                   f"{r['median_error_pct']:+.1f} % | {r['as_is_mape_pct']:.1f} % |")

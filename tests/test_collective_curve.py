@@ -238,29 +238,56 @@ def test_merge_tables_concatenates_bench_files_unchanged(tmp_path):
 # ----------------------------------------------------------------------------- the shipped H200 profile
 
 
-def test_shipped_h200_profile_is_both_measured_tables_and_collectives_only():
-    assert sorted(p.name for p in SHIPPED.iterdir()) == ["collectives.csv", "meta.json"]
+def test_shipped_h200_profile_is_the_measured_tables_unchanged():
+    assert sorted(p.name for p in SHIPPED.iterdir()) == ["collectives.csv", "compute.csv", "launch.json", "meta.json"]
     assert (SHIPPED / "collectives.csv").read_bytes() == \
         H200_2.read_bytes() + H200_4.read_bytes().split(b"\n", 1)[1]
+    # the operators: the two halves of the H200 batch (validation/device/h200_or_machine.sh), concatenated
+    halves = [REPO / "validation" / "broad_h200" / h / "compute.csv" for h in ("a", "b")]
+    assert (SHIPPED / "compute.csv").read_bytes() == \
+        halves[0].read_bytes() + halves[1].read_bytes().split(b"\n", 1)[1]
+    assert (SHIPPED / "launch.json").read_bytes() == \
+        (REPO / "validation" / "broad_h200" / "a" / "launch_first_call.json").read_bytes()
     meta = json.loads((SHIPPED / "meta.json").read_text())
     assert (meta["gpu"], meta["nccl"], meta["torch"], meta["driver"]) == \
         ("NVIDIA H200", "2.28.9", "2.11.0+cu130", "580.159.04")
-    assert "compute" in meta and "not measured" in meta["compute"]
+    assert "compute_transfer_from" not in meta and meta["samples"] == sum(
+        1 for h in halves for _ in open(h)) - 2
+    # what was not measured on the H200 is borrowed from the H100's host, and the meta says so
+    assert meta["host_overhead_from"] == meta["interference_from"] == "h100-sxm-bf16"
+    assert "not_measured_on_h200" in meta
 
 
-def test_shipped_h200_profile_has_measured_curves_and_transferred_operators():
+def test_shipped_h200_profile_has_measured_curves_and_operators():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # its data-quirk notes
-        prof = load_profile("h200-sxm-bf16")  # the shared cache: its operators come from the H100 fit
+        prof = load_profile("h200-sxm-bf16")
+        h100 = load_profile("h100-sxm-bf16")
     report = prof.selection_report()
     colls = {(r["operator"], r["direction"]) for r in report if r["model"] == "curve"}
     assert colls == {(k, g) for k in ("all_reduce", "all_gather", "reduce_scatter") for g in ("1x2", "1x4")} | {
         ("p2p", "1x2")}
-    # no H200 operator samples: the H100's efficiencies on the H200's datasheet roofline
-    assert prof.manifest["compute_transfer_from"] == "h100-sxm-bf16" and prof.target.gpu == "h200"
+    # its own operator samples, on its own roofline (no transfer)
+    assert "compute_transfer_from" not in prof.manifest and prof.roofline is not None and prof.roofline.gpu == "h200"
     assert prof.op_seconds([Op(OpKind.LINEAR1, b=2, l=1024, d=2048, mp=1)], Direction.FWD)[0] > 0
     t = prof.collective_seconds([Collective(CollKind.ALL_REDUCE, 2**29, 1, g) for g in (4, 8)])
     assert 3e-3 < t[0] < 6e-3 and math.isnan(t[1])  # 1 GiB over 4 GPUs: 4.65 ms measured; 1x8 never sampled
+    # the host cost and interference models are the H100 host's files, read as they are
+    assert prof.host_overhead == h100.host_overhead and prof.host_overhead is not None
+    assert prof.interference is not None and h100.interference is not None
+    assert prof.interference.compute == h100.interference.compute
+
+
+def test_borrowed_host_model_must_name_a_shipped_profile_that_has_it(tmp_path):
+    d = tmp_path / "samples"
+    shutil.copytree(SHIPPED, d)
+    meta = json.loads((d / "meta.json").read_text())
+    meta["host_overhead_from"] = "h200-sxm-bf16"  # shipped, but without a host_overhead.json
+    (d / "meta.json").write_text(json.dumps(meta))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ConfigError, match="host_overhead_from must name a shipped profile that has"):
+            load_profile(str(d), cache_dir=str(tmp_path / "cache"))
 
 
 def test_profile_show_prints_the_curve_rows(tmp_path):

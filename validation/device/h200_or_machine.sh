@@ -15,8 +15,15 @@ lscpu | grep -E "Model name|^CPU\(s\)|MHz" > "$R/cpu.txt" 2>&1
 case "$NAME" in
   *H200*)
     if [ "$NG" -ge 2 ]; then
-      CUDA_VISIBLE_DEVICES=0 STEPS=a OUT=$R/a WORK=/tmp/broadA bash validation/device/broad_profile.sh > "$R/a.log" 2>&1 &
-      CUDA_VISIBLE_DEVICES=1 STEPS=b OUT=$R/b WORK=/tmp/broadB bash validation/device/broad_profile.sh > "$R/b.log" 2>&1
+      # RESUME_A / RESUME_B: the halves' earlier copies in the repository (validation/broad_h200/a, b)
+      ( CUDA_VISIBLE_DEVICES=0 STEPS=a OUT=$R/a WORK=/tmp/broadA RESUME_FROM_h200=${RESUME_A:-} \
+          bash validation/device/broad_profile.sh > "$R/a.log" 2>&1
+        # GPU 0 then measures the third unseen set (validation/configs_unseen3.csv) on this GPU
+        [ -f "$R/measured_unseen3_h200.csv" ] || CUDA_VISIBLE_DEVICES=0 timeout $(( ${DEADLINE_S:-530} - ($(date +%s) - t0) )) \
+          python3 validation/train_gptneox.py --configs validation/configs_unseen3.csv --time-budget 200 \
+          --out "$R/measured_unseen3_h200.csv" > "$R/train_unseen3.log" 2>&1 ) &
+      CUDA_VISIBLE_DEVICES=1 STEPS=b OUT=$R/b WORK=/tmp/broadB RESUME_FROM_h200=${RESUME_B:-} \
+        bash validation/device/broad_profile.sh > "$R/b.log" 2>&1
       wait
     else
       OUT=$R/a bash validation/device/broad_profile.sh > "$R/a.log" 2>&1
