@@ -242,17 +242,18 @@ def test_shipped_h200_profile_is_the_measured_tables_unchanged():
     assert sorted(p.name for p in SHIPPED.iterdir()) == ["collectives.csv", "compute.csv", "launch.json", "meta.json"]
     assert (SHIPPED / "collectives.csv").read_bytes() == \
         H200_2.read_bytes() + H200_4.read_bytes().split(b"\n", 1)[1]
-    # the operators: the two halves of the H200 batch (validation/device/h200_or_machine.sh), concatenated
-    halves = [REPO / "validation" / "broad_h200" / h / "compute.csv" for h in ("a", "b")]
-    assert (SHIPPED / "compute.csv").read_bytes() == \
-        halves[0].read_bytes() + halves[1].read_bytes().split(b"\n", 1)[1]
+    # the operators: the H200 batch's two halves (validation/device/h200_or_machine.sh) and the
+    # tensor-parallel HF samples, concatenated
+    halves = [REPO / "validation" / "broad_h200" / h / "compute.csv" for h in ("a", "b", "c")]
+    assert (SHIPPED / "compute.csv").read_bytes() == halves[0].read_bytes() + b"".join(
+        h.read_bytes().split(b"\n", 1)[1] for h in halves[1:])
     assert (SHIPPED / "launch.json").read_bytes() == \
         (REPO / "validation" / "broad_h200" / "a" / "launch_first_call.json").read_bytes()
     meta = json.loads((SHIPPED / "meta.json").read_text())
     assert (meta["gpu"], meta["nccl"], meta["torch"], meta["driver"]) == \
         ("NVIDIA H200", "2.28.9", "2.11.0+cu130", "580.159.04")
     assert "compute_transfer_from" not in meta and meta["samples"] == sum(
-        1 for h in halves for _ in open(h)) - 2
+        1 for h in halves for _ in open(h)) - len(halves)
     # what was not measured on the H200 is borrowed from the H100's host, and the meta says so
     assert meta["host_overhead_from"] == meta["interference_from"] == "h100-sxm-bf16"
     assert "not_measured_on_h200" in meta
