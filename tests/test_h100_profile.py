@@ -75,6 +75,28 @@ def test_validate_meets_the_targets(cache, capsys):
         assert row["predicted_s"] > 0 and row["predicted_gib"] > 0
 
 
+def test_validate_prices_an_h200_table_as_an_h200_unless_told_otherwise(cache, capsys):
+    # the H200 measured alone (validation/h200_solo): its rows name their GPU, so the shipped H200
+    # profile prices them (3.27 % measured); --set profile.name keeps the user's choice (the H100's
+    # profile on the H200's runs: 5.5 %, every row too slow)
+    from trainsim.scenarios.cli import main
+
+    table = str(ROOT / "validation" / "h200_solo" / "measured_h200_solo.csv")
+    assert main(["validate", "--measured", table, "--json", "--cache-dir", cache, "-q"]) == 0
+    own = json.loads(capsys.readouterr().out)
+    assert {r["profile"] for r in own["configurations"]} == {"h200-sxm-bf16"}
+    assert own["summary"]["time_mape_pct"] <= 5.0
+    assert main(["validate", "--measured", table, "--json", "--cache-dir", cache, "-q",
+                 "--set", "profile.name=h100-sxm-bf16"]) == 0
+    told = json.loads(capsys.readouterr().out)
+    assert {r["profile"] for r in told["configurations"]} == {"h100-sxm-bf16"}
+    slower = [a["predicted_s"] > b["predicted_s"] for a, b in zip(told["configurations"], own["configurations"],
+                                                                    strict=True)]
+    assert all(slower)
+    assert main(["validate", "--measured", table, "--cache-dir", cache, "-q"]) == 0
+    assert "(h200-sxm-bf16). Peak memory" in capsys.readouterr().out
+
+
 def test_validate_rejects_a_table_without_the_columns(tmp_path, capsys):
     from trainsim.scenarios.cli import main
 

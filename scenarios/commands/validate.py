@@ -67,12 +67,31 @@ def read_measured(path: str) -> list[dict[str, str]]:
     return rows
 
 
+#: the shipped profile of each GPU a single-GPU table may have been measured on (its ``gpu`` column)
+SHIPPED_PROFILE = {"h100-sxm": "h100-sxm-bf16", "h200": "h200-sxm-bf16"}
+
+
+def gpu_overrides(row: dict[str, str], extra: list[str]) -> list[str]:
+    """The row's own GPU and that GPU's shipped profile, unless ``--set`` names a profile or a GPU:
+    an H200 table is priced as an H200, not with the scenario's H100 (a row of a GPU with no shipped
+    profile keeps the scenario's)."""
+    if any(e.startswith(("profile.name=", "cluster.gpu=", "cluster.preset=")) for e in extra):
+        return []
+    from trainsim.topology.hardware import gpu_for_device_name
+
+    gpu = gpu_for_device_name(row.get("gpu", ""))
+    if gpu not in SHIPPED_PROFILE:
+        return []
+    return [f"cluster.gpu={gpu}", f"profile.name={SHIPPED_PROFILE[gpu]}"]
+
+
 def predict_row(row: dict[str, str], scenario: str, extra: list[str], cache_dir: str | None) -> dict:
     from trainsim.operators.memory import memory_per_gpu
     from trainsim.scenarios.compose import predict
     from trainsim.scenarios.schema import load_scenario
 
-    overrides = [f"{key}={row[col]}" for col, key in SHAPE_KEYS.items() if row.get(col)] + list(extra)
+    overrides = [f"{key}={row[col]}" for col, key in SHAPE_KEYS.items() if row.get(col)] + \
+        gpu_overrides(row, extra) + list(extra)
     sc = load_scenario(scenario, overrides)
     pred = predict(sc, cache_dir=cache_dir)
     iteration = pred.eq7.iteration_s
@@ -115,8 +134,10 @@ def render(results: list[dict], summary: dict) -> str:
             f"{r['time_error_pct']:+.1f}% | {r['predicted_gib']:.2f} | {r['measured_gib']:.2f} | "
             f"{r['memory_error_pct']:+.1f}% |")
     lines.append("")
+    profiles = ", ".join(sorted({r["profile"] for r in results}))
     lines.append(f"Iteration time: MAPE {summary['time_mape_pct']:.2f}% (max {summary['time_max_abs_error_pct']:.1f}%) "
-                 f"over {summary['configurations']} configurations. Peak memory: mean abs error "
+                 f"over {summary['configurations']} configurations ({profiles})."
+                 " Peak memory: mean abs error "
                  f"{summary['memory_mape_pct']:.2f}% (max {summary['memory_max_abs_error_pct']:.1f}%).")
     return "\n".join(lines)
 
