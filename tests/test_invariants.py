@@ -3,7 +3,8 @@
 * Every operator's price is finite and positive, at any legal shape: inside the shipped profile's
   sampled range and far outside it on both sides (b 1..256, l 128..131072, d 256..32768).
 * No operator is faster than its hardware bound: the efficiency model never prices an operator
-  under its FLOPs at the GPU's tensor peak at its highest clock, nor under the measured launch floor.
+  under its FLOPs at the GPU's tensor peak at its highest clock, nor under a microsecond (the
+  measured launch term is a reference, not a bound: GPU-only samples run under it).
 * More work is never faster: an operator's price never falls when one of b, l, d (or, for the
   update kinds, d or the layers) is multiplied by an integer >= 2; for the duration model (monotone
   trees) also when it grows by one fine step (b + 1, l + 128, d + its smallest legal step).
