@@ -52,13 +52,14 @@ from trainsim.topology import ClusterSpec
 LIB_SIGMAS = (0.0, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)  # NIC per-message sigma grid of the emulator (its upper bound too)
 LIB_SEEDS = 30  # seeds per sigma
 B_GRID = (1.0, 0.7, 0.5, 0.35, 0.25, 0.18, 0.12, 0.08, 0.05)  # bandwidth factors of the slowdown curve
+L_GRID = (0.0, 1e-4, 2e-4, 4e-4, 8e-4, 1.6e-3)  # step latencies (s) of the slowdown surface; its upper bound
 ON_RANGE = (0.1, 100.0)  # mean episode length searched, in deterministic iteration times of the layouts
 MAX_DUTY = 0.9
 EMULATED = 2000  # emulated iterations per layout and candidate
 SEARCH_POINTS = 512
 CHECK_N = 100  # full-simulation iterations per layout for the goodness of fit
 FITTED = ("noise.nic.sigma", "congestion.nic.bandwidth_factor", "congestion.nic.mean_on_s",
-          "congestion.nic.mean_off_s")
+          "congestion.nic.mean_off_s", "congestion.nic.latency_s")
 _U = (np.arange(400) + 0.5) / 400  # quantile levels of the distances
 
 
@@ -81,6 +82,7 @@ class Params:
     bandwidth_factor: float  # capacity multiplier while congested, (0, 1]
     mean_on_s: float  # mean episode length, s
     duty: float  # fraction of time congested
+    latency_s: float = 0.0  # delay per protocol step while congested, s
 
     @property
     def mean_off_s(self) -> float | None:
@@ -88,7 +90,7 @@ class Params:
 
     @property
     def congested(self) -> bool:
-        return self.duty > 1e-4 and self.bandwidth_factor < 0.999
+        return self.duty > 1e-4 and (self.bandwidth_factor < 0.999 or self.latency_s > 1e-7)
 
     def mapping(self, fixed: Mapping[str, Any]) -> dict[str, Any]:
         """``simulation.jitter``: the machine constants of ``fixed`` with these values on top."""
@@ -96,8 +98,9 @@ class Params:
         m.get("congestion", {}).pop("nic", None)
         if self.congested:
             m.setdefault("congestion", {})["nic"] = {
-                "bandwidth_factor": round(self.bandwidth_factor, 4), "mean_on_s": round(self.mean_on_s, 3),
-                "mean_off_s": round(float(self.mean_off_s), 3), "scope": "tier"}
+                "bandwidth_factor": min(1.0, round(self.bandwidth_factor, 4)), "mean_on_s": round(self.mean_on_s, 3),
+                "mean_off_s": round(float(self.mean_off_s), 3), "scope": "tier",
+                **({"latency_s": float(f"{self.latency_s:.4g}")} if self.latency_s > 1e-7 else {})}
         if not m.get("congestion"):
             m.pop("congestion", None)
         return m
@@ -134,9 +137,10 @@ class Emulator:
     sigmas: np.ndarray  # (G,)
     library: np.ndarray  # (G, K) iteration seconds: seed k at sigma g
     log_b: np.ndarray  # ascending log bandwidth factors
-    slowdown: np.ndarray  # T(b) / T(1) at log_b
+    slowdown: np.ndarray  # T(b, L) / T(1, 0) at (log_b, latency)
     deterministic_s: float
     seed: int
+    latency: np.ndarray = field(default_factory=lambda: np.zeros(1))  # ascending step latencies, s
     level: np.ndarray = field(init=False)
     start: np.ndarray = field(init=False)
     exp: np.ndarray = field(init=False)
@@ -161,11 +165,17 @@ class Emulator:
         q = rows[:, lo] * (1 - f) + rows[:, hi] * f
         return (1 - w) * q[0] + w * q[1]
 
+    def slowdown_at(self, bandwidth_factor: float, latency_s: float) -> float:
+        """T(b, L) / T(1, 0), bilinear in (log b, L) on the simulated surface."""
+        by_b = [float(np.interp(math.log(bandwidth_factor), self.log_b, self.slowdown[:, j]))
+                for j in range(self.latency.size)]
+        return float(np.interp(latency_s, self.latency, by_b))
+
     def samples(self, p: Params) -> np.ndarray:
         tau = self.work(p.sigma)
         if not p.congested:
             return tau
-        slow = float(np.interp(math.log(p.bandwidth_factor), self.log_b, self.slowdown))
+        slow = self.slowdown_at(p.bandwidth_factor, p.latency_s)
         off = float(p.mean_off_s)
         on_state = self.start < p.duty  # stationary start, as sim.jitter.congestion_process
         left = np.ones_like(tau)  # fraction of the iteration's work still to do
@@ -192,7 +202,7 @@ class Emulator:
 
 def library_simulations(n_layouts: int, check_n: int = CHECK_N) -> int:
     """Simulated iterations a fit reports through ``progress``: emulator runs plus the check."""
-    return n_layouts * (len(LIB_SIGMAS) * LIB_SEEDS + len(B_GRID) - 1 + check_n)
+    return n_layouts * (len(LIB_SIGMAS) * LIB_SEEDS + len(B_GRID) * len(L_GRID) - 1 + check_n)
 
 
 def build_emulator(layout: LayoutLog, fixed: Mapping[str, Any], seed: int, jobs: int,
@@ -201,16 +211,18 @@ def build_emulator(layout: LayoutLog, fixed: Mapping[str, Any], seed: int, jobs:
     tasks: list[tuple[Jitter | None, list[int]]] = []
     for s in LIB_SIGMAS:
         tasks.append((parse_jitter(_merge(fixed, {"noise": {"nic": {"sigma": s}}})), seeds))
-    for b in B_GRID[1:]:  # congested throughout: on for ~forever from t = 0
-        cong = {"nic": {"bandwidth_factor": b, "mean_on_s": 1e12, "mean_off_s": 1e-12, "scope": "tier"}}
+    grid = [(b, lat) for lat in L_GRID for b in B_GRID][1:]  # (1, 0) is the deterministic run
+    for b, lat in grid:  # congested throughout: on for ~forever from t = 0
+        cong = {"nic": {"bandwidth_factor": b, "mean_on_s": 1e12, "mean_off_s": 1e-12, "scope": "tier",
+                        "latency_s": lat}}
         tasks.append((parse_jitter({"congestion": cong}), seeds[:1]))
     rows = run_tasks(tasks, layout.costs, layout.cluster, simulate=layout.simulate, jobs=jobs, progress=progress)
     library = np.vstack([r[:, 0] for r in rows[:len(LIB_SIGMAS)]])
     det = float(run_tasks([(None, seeds[:1])], layout.costs, layout.cluster, simulate=layout.simulate)[0][0, 0])
-    times = np.array([det] + [float(r[0, 0]) for r in rows[len(LIB_SIGMAS):]])
+    times = np.array([det] + [float(r[0, 0]) for r in rows[len(LIB_SIGMAS):]]).reshape(len(L_GRID), len(B_GRID)).T
     order = np.argsort(B_GRID)
     return Emulator(np.asarray(LIB_SIGMAS), library, np.log(np.asarray(B_GRID)[order]), (times / det)[order], det,
-                    seed)
+                    seed, np.asarray(L_GRID))
 
 
 # -- distances ----------------------------------------------------------------------------------------------
@@ -283,23 +295,26 @@ class JointFit:
         p = self.params
         return {"fitted": {"noise.nic.sigma": p.sigma, "congestion.nic.bandwidth_factor": p.bandwidth_factor,
                            "congestion.nic.mean_on_s": p.mean_on_s, "congestion.nic.mean_off_s": p.mean_off_s,
-                           "congestion.nic.duty": p.duty},
+                           "congestion.nic.duty": p.duty, "congestion.nic.latency_s": p.latency_s},
                 "fixed": self.fixed, "objective_w1_log": self.objective, "evaluations": self.evaluations,
                 "seed": self.seed, "layouts": [lf.to_json() for lf in self.layouts],
                 "simulation": {"jitter": self.mapping}}
 
 
 def _params(u: np.ndarray, t_ref: float) -> Params:
-    """A point of the unit cube -> parameters (log scale for the factor and the length)."""
+    """A point of the unit cube -> parameters (log scale for the factor and the length; a fifth
+    coordinate, where present, is the step latency on [0, L_GRID[-1]])."""
     u = np.clip(u, 0.0, 1.0)
     lo_on, hi_on = (math.log(x * t_ref) for x in ON_RANGE)
     return Params(sigma=float(u[0] * LIB_SIGMAS[-1]), bandwidth_factor=float(math.exp(math.log(B_GRID[-1]) * u[1])),
-                  mean_on_s=float(math.exp(lo_on + u[2] * (hi_on - lo_on))), duty=float(u[3] * MAX_DUTY))
+                  mean_on_s=float(math.exp(lo_on + u[2] * (hi_on - lo_on))), duty=float(u[3] * MAX_DUTY),
+                  latency_s=float(u[4] * L_GRID[-1]) if u.size > 4 else 0.0)
 
 
 def fit_day(layouts: Sequence[LayoutLog], raw_jitter: Any = None, *, seed: int = 0, jobs: int = 1,
-            check_n: int = CHECK_N, progress: ProgressCallback | None = None) -> JointFit:
-    """Fit one parameter set to every layout's times jointly (see module doc)."""
+            check_n: int = CHECK_N, progress: ProgressCallback | None = None, step_latency: bool = True) -> JointFit:
+    """Fit one parameter set to every layout's times jointly (see module doc); ``step_latency``:
+    the episodes' latency per protocol step is fitted too (else held at 0: bandwidth only)."""
     from scipy.optimize import minimize
     from scipy.stats import qmc
 
@@ -322,14 +337,16 @@ def fit_day(layouts: Sequence[LayoutLog], raw_jitter: Any = None, *, seed: int =
             total += float(np.mean(np.abs(d - np.median(d))))
         return total / len(emus)
 
-    design = qmc.Sobol(4, scramble=True, seed=np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0x50,))))
+    dims = 5 if step_latency else 4
+    design = qmc.Sobol(dims, scramble=True,
+                       seed=np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0x50,))))
     points = design.random(SEARCH_POINTS)
     values = np.array([objective(u) for u in points])
     best_u, best_v = points[int(np.argmin(values))], float(values.min())
     for start in points[np.argsort(values)[:4]]:
         res = minimize(objective, start, method="Nelder-Mead",
                        options={"xatol": 1e-3, "fatol": 1e-6, "maxiter": 300, "initial_simplex":
-                                np.vstack([start] + [np.clip(start + 0.08 * e, 0, 1) for e in np.eye(4)])})
+                                np.vstack([start] + [np.clip(start + 0.08 * e, 0, 1) for e in np.eye(dims)])})
         if res.fun < best_v:
             best_u, best_v = res.x, float(res.fun)
     # Parsimony: congestion the data cannot tell from its absence is left out (on Perlmutter an
@@ -338,12 +355,12 @@ def fit_day(layouts: Sequence[LayoutLog], raw_jitter: Any = None, *, seed: int =
     # itself at the measured number of iterations.
     from scipy.optimize import minimize_scalar
 
-    quiet = minimize_scalar(lambda s: objective(np.array([s, 0.0, 0.0, 0.0])), bounds=(0.0, 1.0), method="bounded",
-                            options={"xatol": 1e-3})
+    quiet = minimize_scalar(lambda s: objective(np.array([s] + [0.0] * (dims - 1))), bounds=(0.0, 1.0),
+                            method="bounded", options={"xatol": 1e-3})
     noise_sd = resampling_sd([e.samples(_params(best_u, t_ref)) for e in emus],
                              [lay.measured_s.size for lay in layouts], seed)
     if float(quiet.fun) - best_v <= noise_sd:
-        best_u, best_v = np.array([float(quiet.x), 0.0, 0.0, 0.0]), float(quiet.fun)
+        best_u, best_v = np.array([float(quiet.x)] + [0.0] * (dims - 1)), float(quiet.fun)
     params = _params(best_u, t_ref)
     mapping = params.mapping(fixed)
     jitter = parse_jitter(mapping)
@@ -380,7 +397,8 @@ def layout_fit(lay: LayoutLog, simulated: np.ndarray, emulated: np.ndarray | Non
 UNITS = {"noise.nic.sigma": "per message, dimensionless (lognormal, mean 1)",
          "congestion.nic.bandwidth_factor": "capacity multiplier during an episode",
          "congestion.nic.mean_on_s": "s, mean episode length (exponential)",
-         "congestion.nic.mean_off_s": "s, mean gap between episodes (exponential)"}
+         "congestion.nic.mean_off_s": "s, mean gap between episodes (exponential)",
+         "congestion.nic.latency_s": "s added per protocol step of a transfer during an episode"}
 
 
 def report(fit: JointFit) -> list[str]:
@@ -393,7 +411,8 @@ def report(fit: JointFit) -> list[str]:
         rate = 60.0 / (p.mean_on_s + float(p.mean_off_s))
         vals.update({"congestion.nic.bandwidth_factor": f"{p.bandwidth_factor:.3f}",
                      "congestion.nic.mean_on_s": f"{p.mean_on_s:.2f}",
-                     "congestion.nic.mean_off_s": f"{float(p.mean_off_s):.2f}"})
+                     "congestion.nic.mean_off_s": f"{float(p.mean_off_s):.2f}",
+                     "congestion.nic.latency_s": f"{p.latency_s:.2e}"})
         lines += [f"  {k:34} {v:>9}   {UNITS[k]}" for k, v in vals.items()]
         lines.append(f"  {'(episodes: duty, rate)':34} {p.duty:9.3f}   {rate:.2f} per minute, scope tier (fabric-wide)")
     else:

@@ -43,6 +43,9 @@ class StepCost:
     host_s: float = 0.0  # the runtime's host time beyond the GPU work (sim.costs.StageCost.host_*_extra_s)
     fsdp_s: float = 0.0  # FSDP2 all-gathers / reduce-scatters its prefetching does not hide
     cp_s: float = 0.0  # context parallelism's K/V ring sends the attention does not hide
+    # sequential protocol steps of the step's MP collectives (each all-reduce's ring: 2 (mp - 1)), which
+    # a congestion episode's step latency delays (sim.jitter.Congestion.latency_s)
+    mp_steps: float = 0.0
     # compute and MP all-reduce only (no host, FSDP or CP time): the engine's fast path
     plain: bool = field(init=False, repr=False, compare=False)
 
@@ -76,10 +79,13 @@ def step_costs(costs: IterationCosts, own_stage_times: bool, st: StageCost, chun
             continue
         p2p_f = st.p2p_fwd_s if s < pp - 1 else (wrap_p2p if nxt is not None else 0.0)
         p2p_b = st.p2p_bwd_s if s > 0 else (wrap_p2p if prv is not None else 0.0)
+        ring = 2 * (costs.mp_span[0] * costs.mp_span[1] - 1)  # an MP all-reduce's ring steps
         out[StepKind.F, c] = StepCost(st.fwd_compute_s / v, 0.0, st.mp_fwd_s / v, p2p_f, nxt, prv is not None,
-                                      st.host_fwd_extra_s / v, st.fsdp_fwd_s / v, st.cp_fwd_s / v)
+                                      st.host_fwd_extra_s / v, st.fsdp_fwd_s / v, st.cp_fwd_s / v,
+                                      st.mp_fwd_count * ring / v)
         out[StepKind.B, c] = StepCost(st.bwd_compute_s / v, st.recompute_s / v, st.mp_bwd_s / v, p2p_b, prv,
-                                      nxt is not None, st.host_bwd_extra_s / v, st.fsdp_bwd_s / v, st.cp_bwd_s / v)
+                                      nxt is not None, st.host_bwd_extra_s / v, st.fsdp_bwd_s / v, st.cp_bwd_s / v,
+                                      st.mp_bwd_count * ring / v)
     return out
 
 

@@ -110,6 +110,10 @@ class Congestion:
     mean_on_s: float
     mean_off_s: float
     scope: str = "link"
+    # Queueing delay an episode adds to each sequential step of a transfer's protocol (a ring
+    # all-reduce over n ranks has 2 (n - 1), a P2P send one): rings of more ranks wait through more
+    # of them, so a layout's exposure grows with its MP degree (docs/jitter.md). 0: bandwidth only.
+    latency_s: float = 0.0
 
     @property
     def p_on(self) -> float:
@@ -209,7 +213,7 @@ class Jitter:
         if self.congestion:
             out["congestion"] = {
                 c.tier: {"bandwidth_factor": c.bandwidth_factor, "mean_on_s": c.mean_on_s, "mean_off_s": c.mean_off_s,
-                         "scope": c.scope}
+                         "scope": c.scope, **({"latency_s": c.latency_s} if c.latency_s > 0 else {})}
                 for c in self.congestion
             }
         cj = self.compute
@@ -280,7 +284,7 @@ _CommEntry = tuple[float | None, Callable[[], float] | None, tuple[float, float]
 class RunJitter:
     """A :class:`Jitter` bound to one run: the run's streams and which ranks straggle (see module doc)."""
 
-    __slots__ = ("config", "streams", "stragglers", "_noise", "_comm", "_compute_on")
+    __slots__ = ("config", "streams", "stragglers", "_noise", "_comm", "_compute_on", "step_latency")
 
     def __init__(self, config: Jitter, streams: RunStreams) -> None:
         self.config = config
@@ -290,6 +294,9 @@ class RunJitter:
         # (kind, tier) -> what its factor needs, made on first use (see _comm_entry)
         self._comm: dict[tuple[str, str], _CommEntry] = {}
         self._compute_on = config.compute.active
+        # tier -> the delay per protocol step its congestion episode adds now (absent or 0: none);
+        # the engine reads it at each transfer's start (sim.processes.comm)
+        self.step_latency: dict[str, float] = {}
 
     def _comm_entry(self, kind: str, tier: str) -> _CommEntry:
         """(sigma, its normal stream's draw, tail, the tail stream's draw) of (kind, tier); None where off."""
@@ -346,6 +353,11 @@ class RunJitter:
             f *= _lognormal(cj.sigma, self.streams.stream(("compute", stage, replica)).normal())
         return f
 
+    def _latency_switch(self, c: Congestion) -> Callable[[bool], None]:
+        def switch(on: bool) -> None:
+            self.step_latency[c.tier] = c.latency_s if on else 0.0
+        return switch
+
     def processes(self, env: Any, network: Any) -> list[Generator[Any, Any, None]]:
         """Congestion on/off processes, one per link of each congested tier (started at t=0)."""
         config = self.config
@@ -358,7 +370,8 @@ class RunJitter:
             if c.scope == "tier":
                 if links:
                     g = self.streams.child(("congestion", str(c.tier)))
-                    procs.append(congestion_process(env, network.set_capacities, links, nominal, c, g))
+                    on_change = self._latency_switch(c) if c.latency_s > 0 else None
+                    procs.append(congestion_process(env, network.set_capacities, links, nominal, c, g, on_change))
                 continue
             for link in links:
                 g = self.streams.child(("congestion", str(link)))
@@ -367,9 +380,10 @@ class RunJitter:
 
 
 def congestion_process(env: Any, set_capacities: Callable[[dict[str, float]], None], links: list[str],
-                       nominal: Mapping[str, float], c: Congestion,
-                       g: np.random.Generator) -> Generator[Any, Any, None]:
-    """Alternate exponential on/off periods; while on, ``links`` run at ``bandwidth_factor`` of nominal.
+                       nominal: Mapping[str, float], c: Congestion, g: np.random.Generator,
+                       on_change: Callable[[bool], None] | None = None) -> Generator[Any, Any, None]:
+    """Alternate exponential on/off periods; while on, ``links`` run at ``bandwidth_factor`` of nominal
+    (and ``on_change`` is told when an episode starts and ends: the step latency's switch).
 
     The start state is drawn from the stationary probability and, durations being memoryless,
     the first period is a full exponential draw: the process is stationary from t=0.
@@ -378,8 +392,12 @@ def congestion_process(env: Any, set_capacities: Callable[[dict[str, float]], No
     while True:
         if on:
             set_capacities({link: nominal[link] * c.bandwidth_factor for link in links})
+            if on_change is not None:
+                on_change(True)
             yield env.timeout(c.mean_on_s * g.standard_exponential())
             set_capacities({link: nominal[link] for link in links})
+            if on_change is not None:
+                on_change(False)
         else:
             yield env.timeout(c.mean_off_s * g.standard_exponential())
         on = not on

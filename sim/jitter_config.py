@@ -150,7 +150,7 @@ def parse_jitter(mapping: Mapping[str, Any] | None) -> Jitter | None:
         entry = _mapping(entry, path)
         if not entry:
             continue
-        _keys(entry, path, ("bandwidth_factor", "mean_on_s", "mean_off_s", "scope"))
+        _keys(entry, path, ("bandwidth_factor", "mean_on_s", "mean_off_s", "scope", "latency_s"))
         scope = entry.get("scope", "link")
         if scope not in ("link", "tier"):
             raise ConfigError(f"{path}.scope", f"must be 'link' (one process per link) or 'tier' (all links "
@@ -162,9 +162,16 @@ def parse_jitter(mapping: Mapping[str, Any] | None) -> Jitter | None:
         if not 0 < bf <= 1:
             raise ConfigError(f"{path}.bandwidth_factor", f"must lie in (0, 1] (capacity multiplier while "
                                                           f"congested), got {bf!r}")
+        latency = _number(entry.get("latency_s", 0.0), f"{path}.latency_s")
+        if not (math.isfinite(latency) and latency >= 0):
+            raise ConfigError(f"{path}.latency_s", f"must be a finite number of seconds >= 0 (delay per protocol "
+                                                   f"step while congested), got {latency!r}")
+        if latency > 0 and scope != "tier":
+            raise ConfigError(f"{path}.latency_s", "needs scope: tier (the engine knows a transfer's tier, "
+                                                   "not which of its links is congested)")
         c = Congestion(tier, bf, _duration(entry["mean_on_s"], f"{path}.mean_on_s"),
-                       _duration(entry["mean_off_s"], f"{path}.mean_off_s"), scope)
-        if bf < 1:
+                       _duration(entry["mean_off_s"], f"{path}.mean_off_s"), scope, latency)
+        if bf < 1 or latency > 0:
             congestion.append(c)
 
     path = f"{FIELD}.compute"

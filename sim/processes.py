@@ -54,16 +54,23 @@ def meet(env: simpy.Environment, box: dict[MessageKey, simpy.Event], key: Messag
     return ev
 
 
-def comm(ctx: Build, base_s: float, rates: Rates | None, kind: TrafficKind, key: TierKey) -> simpy.Event:
+def comm(ctx: Build, base_s: float, rates: Rates | None, kind: TrafficKind, key: TierKey,
+         steps: float = 0.0) -> simpy.Event:
     """A transfer of ``base_s`` seconds alone: jittered (as the tier of ``key``'s route, see
     :meth:`sim.routes.Routes.tier`; its noise averages over the messages of its busiest link, whose
-    bytes are that link's nominal rate times ``base_s``), and shared on its links with contention."""
+    bytes are that link's nominal rate times ``base_s``; a congestion episode on that tier adds its
+    latency to each of the transfer's ``steps`` sequential protocol steps), and shared on its links
+    with contention."""
     perturb = ctx.perturb
     if perturb is not None:
         routes = ctx.routes
         # routes.tier(kind, key), inlined (once per transfer of a jittered run)
         tier = routes.tiers.get((kind, key), LinkTier.NIC) if routes is not None else LinkTier.NIC
         base_s *= perturb.comm_factor(kind, tier, max(rates.values()) * base_s if rates else 0.0)
+        if steps:
+            latency = getattr(perturb, "step_latency", None)  # sim.jitter.RunJitter's; other hooks have none
+            if latency:
+                base_s += steps * latency.get(tier, 0.0)
     if ctx.opts.contention and rates:
         return ctx.net.transfer_rates(base_s, rates, kind, sole_waiter=True)
     return ctx.env.timeout(base_s)
@@ -131,7 +138,7 @@ def stage_process(env: simpy.Environment, ctx: Build, stage: int, replica: int, 
             if lane.track is not None:
                 _record_compute(ctx, lane, step, sc, t0, t1)
             if sc.mp_s > 0:
-                yield comm(ctx, sc.mp_s, lane.mp_rates, MP, stage)
+                yield comm(ctx, sc.mp_s, lane.mp_rates, MP, stage, sc.mp_steps)
                 lane.tally.mp += env.now - t1
                 if lane.track is not None:
                     lane.span(ctx, f"MP all-reduce {step.kind}{step.micro}", "mp", t1, env.now)
@@ -180,7 +187,7 @@ def compute_step(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, sc:
         if lane.track is not None:
             _record_compute(ctx, lane, step, sc, t0, t1)
         if sc.mp_s > 0:
-            yield comm(ctx, sc.mp_s * share, lane.mp_rates, MP, lane.stage)
+            yield comm(ctx, sc.mp_s * share, lane.mp_rates, MP, lane.stage, sc.mp_steps * share)
             tally.mp += env.now - t1
             if lane.track is not None:
                 lane.span(ctx, f"MP all-reduce {step.kind}{step.micro}", "mp", t1, env.now)
@@ -274,7 +281,7 @@ def p2p_send(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, sc: Ste
         if ctx.opts.p2p_transfers:
             routes = ctx.routes
             rates = routes.p2p.get((s, ds, r)) if routes else None
-            yield comm(ctx, sc.p2p_s, rates, PP, (s, ds))
+            yield comm(ctx, sc.p2p_s, rates, PP, (s, ds), 1.0)
         else:
             yield env.timeout(sc.p2p_s)
         tally.pp += env.now - t1

@@ -83,6 +83,10 @@ def test_presets_parse_and_explicit_keys_override():
     ({"congestion": {"nic": {"bandwidth_factor": 0.5, "mean_on_s": 1}}}, "simulation.jitter.congestion.nic.mean_off_s"),
     ({"congestion": {"nic": {"bandwidth_factor": 0.5, "mean_on_s": 1, "mean_off_s": 1, "scope": "rack"}}},
      "simulation.jitter.congestion.nic.scope"),
+    ({"congestion": {"nic": {"bandwidth_factor": 1, "mean_on_s": 1, "mean_off_s": 1, "scope": "tier",
+                             "latency_s": -1e-4}}}, "simulation.jitter.congestion.nic.latency_s"),
+    ({"congestion": {"nic": {"bandwidth_factor": 1, "mean_on_s": 1, "mean_off_s": 1, "latency_s": 1e-4}}},
+     "simulation.jitter.congestion.nic.latency_s"),  # per link: the engine cannot tell which link
     ({"sigma": 0.1}, "simulation.jitter.sigma"),
     ({"preset": "frontier"}, "simulation.jitter.preset"),
     ({"noise": {"nic": {"sigma": "high"}}}, "simulation.jitter.noise.nic.sigma"),
@@ -449,3 +453,32 @@ def test_validation_accepts_exactly_the_documented_ranges(sigma, p, bf, on):
         f = j.comm_factor("pp", "nic", rng)
         assert f > 0 and math.isfinite(f)
         assert j.compute_factor(0, 0, rng) in (1.0, 1.5)
+
+
+def test_step_latency_delays_each_ring_step_and_grows_with_the_mp_degree():
+    # an episode that never ends, bandwidth untouched: every MP all-reduce of a step waits 2 (mp - 1)
+    # ring steps of L, every P2P send one. With one replica and one stage, nothing overlaps: the
+    # iteration grows by exactly (forward + backward MP syncs) x micro-batches x 2 (mp - 1) x L.
+    from trainsim.sim.engine import simulate
+
+    latency = 1e-4
+    always = {"congestion": {"nic": {"bandwidth_factor": 1.0, "mean_on_s": 1e12, "mean_off_s": 1e-12,
+                                     "scope": "tier", "latency_s": latency}}}
+    added = {}
+    for mp in (2, 4):
+        sc, costs = tiny(pp=1, mp=mp, dp=1)
+        st = costs.stages[0]
+        base = simulate(costs, sc.cluster, seed=0).iteration_s
+        late = simulate(costs, sc.cluster, perturb=parse_jitter(always), seed=0).iteration_s
+        m = sc.training.micro_batches
+        assert late - base == pytest.approx((st.mp_fwd_count + st.mp_bwd_count) * m * 2 * (mp - 1) * latency,
+                                            rel=1e-9)
+        added[mp] = late - base
+    assert added[4] > added[2] > 0
+    # latency 0 leaves the run as it was, to the bit
+    sc, costs = tiny()
+    off = dict(always["congestion"]["nic"], latency_s=0.0)
+    a = simulate(costs, sc.cluster, perturb=parse_jitter({"noise": {"nic": {"sigma": 0.3}}}), seed=3).iteration_s
+    b = simulate(costs, sc.cluster, perturb=parse_jitter({"noise": {"nic": {"sigma": 0.3}},
+                                                          "congestion": {"nic": off}}), seed=3).iteration_s
+    assert a == b

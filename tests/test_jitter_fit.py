@@ -46,7 +46,7 @@ def test_joint_fit_recovers_known_parameters_from_two_synthetic_layouts():
         times = run_monte_carlo(costs, sc.cluster, parse_jitter(truth.mapping({})), 120, seed=12345,
                                 share_samples=0).samples_s
         layouts.append(LayoutLog(f"tiny-{kw['mp']}", "synthetic", times, costs, sc.cluster))
-    fit = fit_day(layouts, seed=7, check_n=30)
+    fit = fit_day(layouts, seed=7, check_n=30, step_latency=False)  # the truth has no step latency
     p = fit.params
     assert abs(p.bandwidth_factor - truth.bandwidth_factor) < 0.1
     assert abs(p.duty - truth.duty) < 0.1
@@ -56,6 +56,34 @@ def test_joint_fit_recovers_known_parameters_from_two_synthetic_layouts():
         assert abs(lf.predicted_mom - lf.measured_mom) < 8, lf
         assert lf.ks_emulator < 0.3  # the emulator agrees with the simulation it was built from
     assert parse_jitter(fit.mapping) == fit.jitter
+
+
+def test_joint_fit_recovers_a_step_latency_that_separates_two_layouts():
+    # Latency-only episodes (bandwidth untouched) on the same two layouts: the MP4 ring waits through
+    # 6 steps per all-reduce, the MP2 ring 2, so the two spreads differ, and the joint fit (five
+    # parameters) finds the latency from that difference. Measured: see the asserts' comments.
+    layouts, truth = [], None
+    for kw in ({"pp": 2, "mp": 2, "dp": 2}, {"pp": 2, "mp": 4, "dp": 1}):
+        sc, costs = tiny(**kw)
+        if truth is None:
+            truth = Params(0.2, 1.0, 2 * simulate(costs, sc.cluster).iteration_s, 0.3, latency_s=2e-4)
+        times = run_monte_carlo(costs, sc.cluster, parse_jitter(truth.mapping({})), 120, seed=12345,
+                                share_samples=0).samples_s
+        layouts.append(LayoutLog(f"tiny-{kw['mp']}", "synthetic", times, costs, sc.cluster))
+    assert layouts[1].measured_s.mean() / layouts[1].measured_s.min() > \
+        layouts[0].measured_s.mean() / layouts[0].measured_s.min()  # MP4 spreads more
+    fit = fit_day(layouts, seed=7, check_n=30)
+    p = fit.params
+    # measured: latency 1.91e-4 s (x0.95), duty 0.288, episode length x1.11; the bandwidth factor
+    # 0.80 takes some of the spread the latency gives (truth 1.0)
+    assert 0.5 < p.latency_s / truth.latency_s < 2
+    assert abs(p.duty - truth.duty) < 0.15
+    assert 0.5 < p.mean_on_s / truth.mean_on_s < 2
+    # each layout's spread from the full simulation of the fitted set: measured +40.3 % and +77.1 %,
+    # predicted +50.2 % and +90.6 % (the emulator's KS against the simulation 0.15)
+    spreads = [(lf.measured_mom, lf.predicted_mom) for lf in fit.layouts]
+    assert all(abs(pred / meas - 1) < 0.3 for meas, pred in spreads), spreads
+    assert spreads[1][1] > spreads[0][1]  # and the MP4 layout still spreads more
 
 
 def test_congestion_that_changes_nothing_is_left_out():

@@ -74,6 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="drop rows above F x the job's median (checkpoint/eval steps); 0 keeps all (default 3)")
     p.add_argument("--check-n", type=int, default=None, metavar="N",
                    help="(jitter fit) full-simulation iterations per layout for the goodness of fit (default 100)")
+    p.add_argument("--no-step-latency", action="store_true",
+                   help="(jitter fit) hold the episodes' latency per protocol step at 0 (bandwidth episodes only)")
     p.set_defaults(func=run)
 
 
@@ -264,7 +266,7 @@ def run_fit(args: argparse.Namespace) -> int:
     seed = scenarios[0].simulation.seed if args.seed is None else args.seed
     with progress_bar(args, "jitter fit", library_simulations(len(layouts), check_n), unit="iterations") as bar:
         fit = fit_day(layouts, scenarios[0].simulation.jitter, seed=seed, jobs=args.jobs, check_n=check_n,
-                      progress=bar.update)
+                      progress=bar.update, step_latency=not args.no_step_latency)
     command = "trainsim jitter fit " + " ".join(shlex.quote(a) for a in _argv_tail())
     text = preset_text(fit, command, ", ".join(sel.series.label for sel in selections))
     if out is not None:
