@@ -3,8 +3,9 @@ the measured iteration times of several layouts.
 
 The parameters describe the fabric, not a layout (:mod:`sim.jitter`): the per-message noise
 ``sigma`` of the NIC tier and fabric-wide congestion episodes (``scope: tier``) with a
-``bandwidth_factor`` (severity), a mean length ``mean_on_s`` and a duty cycle
-``d = mean_on_s / (mean_on_s + mean_off_s)`` (with the length, the rate of episodes). The
+``bandwidth_factor`` and a ``latency_s`` per protocol step (severity), a mean length
+``mean_on_s`` and a duty cycle ``d = mean_on_s / (mean_on_s + mean_off_s)`` (with the length,
+the rate of episodes). ``step_latency=False`` holds the latency at 0. The
 NVLink noise, the compute noise and the stragglers are held at the scenario's values (machine
 constants; zero unless set). A layout's spread then follows from its simulation: how much
 blocking inter-node traffic its critical path holds and how much of it overlaps compute.
@@ -14,12 +15,12 @@ How (the numbers in docs/jitter.md):
 1. For each layout, the simulator itself is run (a) on a grid of NIC sigmas with the same seeds
    (common random numbers: :mod:`sim.jitter` keys its streams, so a seed's draws are the same
    standard normals at every sigma), giving the noise-only distribution at each sigma, and (b) with the fabric
-   congested throughout at each of a grid of bandwidth factors: ``T(b) / T(1)``.
+   congested throughout at each of a grid of bandwidth factors and step latencies: ``T(b, L) / T(1, 0)``.
 2. An emulator built from those runs gives an iteration's time for any candidate: a quantile
    of the noise-only distribution at the candidate sigma (interpolated on the grid) is the work;
-   congestion episodes from the candidate's alternating exponential on/off process slow its progress by ``T(b)/T(1)``
-   while on. Thousands of emulated iterations cost milliseconds, so the search is global
-   (a Sobol design, then Nelder-Mead from the best points).
+   congestion episodes from the candidate's alternating exponential on/off process slow its progress by
+   ``T(b, L)/T(1, 0)`` (bilinear in log b and L) while on. Thousands of emulated iterations cost
+   milliseconds, so the search is global (a Sobol design, then Nelder-Mead from the best points).
 3. The distance is the 1-Wasserstein distance between the measured and emulated
    log-times of each layout after the best shift (the shift absorbs the profile's error in
    absolute time: the fit reads only the spread), averaged over the layouts.
