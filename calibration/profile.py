@@ -714,10 +714,18 @@ def _own_or_borrowed(path: Path, file: str, meta: dict, key: str) -> Path | None
     source = meta.get(key)
     if source is None:
         return None
-    borrowed = SHIPPED_DIR / str(source) / file
-    if not (isinstance(source, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", source) and borrowed.is_file()):
+    shipped = _shipped(source)
+    if shipped is None or not (shipped / file).is_file():
         raise ConfigError(str(path / META_FILE), f"{key} must name a shipped profile that has {file}, got {source!r}")
-    return borrowed
+    return shipped / file
+
+
+def _shipped(name: object) -> Path | None:
+    """The folder of the shipped profile ``name`` (a plain name, no path), or None."""
+    if not (isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", name)):
+        return None
+    folder = SHIPPED_DIR / name
+    return folder if folder.is_dir() else None
 
 
 class _Merged(Mapping[str, Regressor]):
@@ -814,8 +822,9 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
                            lambda: load_reference(root, canon), cache_dir, progress, random_state, on_total,
                            model=model, gpu=REFERENCE_GPUS[canon])
     path = Path(name).expanduser()
-    if not path.is_dir() and re.fullmatch(r"[A-Za-z0-9_.-]+", name) and (SHIPPED_DIR / name).is_dir():
-        path = SHIPPED_DIR / name
+    shipped = _shipped(name)
+    if not path.is_dir() and shipped is not None:
+        path = shipped
     if path.is_dir():
         files = [path / f for f in (COMPUTE_FILE, COLLECTIVE_FILE, META_FILE, LAUNCH_FILE) if (path / f).exists()]
         if not any(f.name not in (META_FILE, LAUNCH_FILE) for f in files):

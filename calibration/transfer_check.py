@@ -84,10 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     print("| cluster (GPU) | operator | dir | n | transfer MAPE | median error | H100 prices as-is MAPE |")
     print("|---|---|---|---:|---:|---:|---:|")
-    targets = [(d, lambda d=d: check_samples(d, args.source, min_us=args.min_us)) for d in args.samples or []] or [
-        (c, lambda c=c: check(c, args.reference_data, args.source)) for c in args.cluster or list(REFERENCE_GPUS)]
-    for cluster, run in targets:
-        rows = run()
+    def tables():  # (label, rows) of each sample directory, else of each reference cluster
+        for d in args.samples or []:
+            yield d, check_samples(d, args.source, min_us=args.min_us)
+        if not args.samples:
+            for c in args.cluster or list(REFERENCE_GPUS):
+                yield c, check(c, args.reference_data, args.source)
+
+    for cluster, rows in tables():
         for r in rows:
             print(f"| {cluster} ({r['gpu']}) | {r['operator']} | {r['direction']} | {r['n']} | {r['mape_pct']:.1f} % | "
                   f"{r['median_error_pct']:+.1f} % | {r['as_is_mape_pct']:.1f} % |")

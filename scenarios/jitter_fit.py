@@ -99,7 +99,7 @@ class Params:
         m.get("congestion", {}).pop("nic", None)
         if self.congested:
             m.setdefault("congestion", {})["nic"] = {
-                "bandwidth_factor": min(1.0, round(self.bandwidth_factor, 4)), "mean_on_s": round(self.mean_on_s, 3),
+                "bandwidth_factor": round(self.bandwidth_factor, 4), "mean_on_s": round(self.mean_on_s, 3),
                 "mean_off_s": round(float(self.mean_off_s), 3), "scope": "tier",
                 **({"latency_s": float(f"{self.latency_s:.4g}")} if self.latency_s > 1e-7 else {})}
         if not m.get("congestion"):

@@ -10,6 +10,7 @@ processes (:mod:`sim.processes`) only read it and write the tallies.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -168,6 +169,10 @@ class Build:
     dp_sync: dict[int, StageSync]  # per stage, bucketed DP mode only
     mode: SimMode | str = SimMode.REALISTIC  # what SimResult.mode reports
     seed: int = 0
+    # tier -> the delay per protocol step a congestion episode adds now: the bound perturbation's own
+    # table (sim.jitter.RunJitter.step_latency, switched by its episodes), looked up once here; None:
+    # the perturbation has none
+    step_latency: Mapping[str, float] | None = None
 
     @property
     def syncs_gradients(self) -> bool:
@@ -229,10 +234,11 @@ def elaborate(costs: IterationCosts, cluster: ClusterSpec | None, opts: SimOptio
         for s, st in enumerate(costs.stages):
             dp_sync[s] = StageSync(tuple(Barrier(env, dp) for _ in st.dp_bucket_s), env.event(), Barrier(env, dp),
                                    env.event())
+    bound = bind_perturbation(perturb, rng) if perturb is not None else None
     return Build(
         env=env, costs=costs, opts=opts, pp=pp, dp=dp, chunks=chunks, steps=steps,
         tables=tuple(step_costs(costs, opts.own_stage_times, st, chunks) for st in costs.stages),
-        routes=routes, net=net, perturb=bind_perturbation(perturb, rng) if perturb is not None else None,
+        routes=routes, net=net, perturb=bound, step_latency=getattr(bound, "step_latency", None),
         recorder=recorder, tallies={(s, r): Tally() for s in range(pp) for r in range(dp)},
         mailbox={}, posted={}, drained=Barrier(env, n), synced=Barrier(env, n), finished=Barrier(env, n),
         dp_sync=dp_sync, mode=mode, seed=seed,

@@ -67,10 +67,8 @@ def comm(ctx: Build, base_s: float, rates: Rates | None, kind: TrafficKind, key:
         # routes.tier(kind, key), inlined (once per transfer of a jittered run)
         tier = routes.tiers.get((kind, key), LinkTier.NIC) if routes is not None else LinkTier.NIC
         base_s *= perturb.comm_factor(kind, tier, max(rates.values()) * base_s if rates else 0.0)
-        if steps:
-            latency = getattr(perturb, "step_latency", None)  # sim.jitter.RunJitter's; other hooks have none
-            if latency:
-                base_s += steps * latency.get(tier, 0.0)
+        if steps and ctx.step_latency:
+            base_s += steps * ctx.step_latency.get(tier, 0.0)
     if ctx.opts.contention and rates:
         return ctx.net.transfer_rates(base_s, rates, kind, sole_waiter=True)
     return ctx.env.timeout(base_s)
