@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from trainsim.operators.errors import ConfigError
-from trainsim.operators.ops import FP8_OF, Direction, Op, OpKind, hf_params
+from trainsim.operators.ops import FP8_OF, UNFUSED_OF, Direction, Op, OpKind, hf_params
 from trainsim.operators.partition import padded_vocab
 
 L2_BYTES_DEFAULT = 50 * 2**20  # H100 SXM
@@ -147,6 +147,10 @@ def _body(op: Op, env: Env) -> tuple[Callable[[], dict], Callable[[dict], Any], 
     torch = env.torch
     F = torch.nn.functional
     k, b, l, d, h, mp, v, f = op.kind, op.b, op.l, op.d, op.h, op.mp, op.v, op.ffn
+    if k in UNFUSED_OF:
+        from trainsim.calibration.harness_fused import fused_body
+
+        return fused_body(op, env)
     hd = d // h if h else d
     hp = max(h // mp, 1)
     dt = env.dtype
@@ -305,7 +309,7 @@ def _kernel_bench(op: Op, direction: Direction, env: Env) -> Bench:
 
 GEMM_KINDS = (OpKind.LINEAR1, OpKind.LINEAR2, OpKind.LINEAR3, OpKind.LINEAR4)
 FP8_GEMM_KINDS = tuple(FP8_OF[k] for k in GEMM_KINDS)
-FP8_KINDS = FP8_GEMM_KINDS + (OpKind.FP8_CAST,)
+FP8_KINDS = FP8_GEMM_KINDS + (OpKind.FP8_CAST, OpKind.FP8_CAST_FUSED)
 _BF16_GEMM = {fp8: bf16 for bf16, fp8 in FP8_OF.items()}
 E4M3_MAX = 448.0  # largest float8_e4m3fn
 E5M2_MAX = 57344.0  # largest float8_e5m2
@@ -388,7 +392,7 @@ def _fp8_bench(op: Op, direction: Direction, env: Env) -> Bench:
     torch = env.torch
     dev = env.device
     f32 = torch.float32
-    if op.kind is OpKind.FP8_CAST:
+    if op.kind in (OpKind.FP8_CAST, OpKind.FP8_CAST_FUSED):
         return _fp8_cast_bench(op, direction, env)
     names = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2, "half": env.dtype}
     operands = fp8_gemm_operands(op, direction)
@@ -452,7 +456,12 @@ def _fp8_cast_bench(op: Op, direction: Direction, env: Env) -> Bench:
             env.notes["fp8_cast"] = "vector_norm(inf), div, mul(out=float8)"
         except (RuntimeError, TypeError):
             env.notes["fp8_cast"] = "vector_norm(inf), div, mul, to(float8)"
-    cast = fused if "out=" in env.notes["fp8_cast"] else two_step
+    cast: Callable[[dict], Any] = fused if "out=" in env.notes["fp8_cast"] else two_step
+    if op.kind is OpKind.FP8_CAST_FUSED:  # compiled: the amax, the cast and its transposed copy
+        from trainsim.calibration.harness_fused import fused_cast_fn
+
+        compiled = fused_cast_fn(env, direction)
+        cast = lambda t: compiled(t["x"], fmax_t)  # noqa: E731
     nbytes = _nbytes(first.values())
     sets = [first] + [make() for _ in range(_sets_for(nbytes, env.l2_bytes) - 1)]
     return Bench(lambda i: cast(sets[i]), len(sets), nbytes)

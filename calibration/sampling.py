@@ -26,18 +26,20 @@ directions (forward float8_e4m3fn, backward float8_e5m2).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 
 from trainsim.operators.errors import ConfigError
-from trainsim.operators.ops import Direction, Op, OpKind, hf_params
+from trainsim.operators.ops import FUSED_OF, UNFUSED_OF, Direction, Op, OpKind, hf_params
 from trainsim.operators.partition import padded_vocab
 from trainsim.operators.spec import ModelSpec, Parallelism, TrainingSpec
 from trainsim.operators.stages import build_stage_plans
 
 FP8_KINDS = (OpKind.FP8_LINEAR1, OpKind.FP8_LINEAR2, OpKind.FP8_LINEAR3, OpKind.FP8_LINEAR4, OpKind.FP8_CAST)
+FUSED_KINDS = tuple(FUSED_OF.values())
 #: kinds measured only when --ops names them (not in the default plan, nor in all / megatron)
-OPT_IN_KINDS = (OpKind.SWIGLU, *FP8_KINDS)
+OPT_IN_KINDS = (OpKind.SWIGLU, *FP8_KINDS, *FUSED_KINDS)
 HF_KINDS = tuple(k for k in OpKind if k.value.startswith("hf_"))
 MEGATRON_KINDS = tuple(k for k in OpKind if k not in HF_KINDS and k not in OPT_IN_KINDS)
 DEFAULT_KINDS = tuple(k for k in OpKind if k not in OPT_IN_KINDS)
@@ -67,6 +69,8 @@ def parse_kinds(text: str | None) -> tuple[OpKind, ...]:
             out += MEGATRON_KINDS
         elif name == "fp8":
             out += FP8_KINDS
+        elif name == "fused":
+            out += FUSED_KINDS
         elif name == "all":
             out += DEFAULT_KINDS
         else:
@@ -74,13 +78,15 @@ def parse_kinds(text: str | None) -> tuple[OpKind, ...]:
                 out.append(OpKind(name))
             except ValueError:
                 known = ", ".join(k.value for k in OpKind)
-                raise ConfigError("--ops", f"unknown operator {name!r}; known: all, hf, megatron, fp8, "
+                raise ConfigError("--ops", f"unknown operator {name!r}; known: all, hf, megatron, fp8, fused, "
                                            f"{known}") from None
     return tuple(dict.fromkeys(out))
 
 
 def peak_bytes(op: Op) -> float:
     """A generous estimate of the device memory one benchmark of ``op`` needs (backward included)."""
+    if op.kind in UNFUSED_OF:
+        return peak_bytes(dataclasses.replace(op, kind=UNFUSED_OF[op.kind]))
     b, l, d, h, mp, v, f = op.b, op.l, op.d, op.h, op.mp, op.v, op.ffn
     k = op.kind
     if k in (OpKind.HF_OPTIMIZER, OpKind.HF_GRAD_ACCUM):
@@ -141,7 +147,10 @@ def fp8_cast_widths(d: int, mp: int, f: int = 0, qkv: int = 0) -> tuple[int, ...
 
 def ops_at(kind: OpKind, b: int, l: int, d: int, h: int, mp: int, layers: int, hf_tp: bool = False) -> list[Op]:
     """The operators of ``kind`` sampled at one point: :func:`op_for`'s one, or ``fp8_cast`` at each
-    of :func:`fp8_cast_widths` (``Op.d`` is the cast tensor's width, as the stage plans build it)."""
+    of :func:`fp8_cast_widths` (``Op.d`` is the cast tensor's width, as the stage plans build it). A
+    fused kind is sampled at its eager kind's shapes."""
+    if kind in UNFUSED_OF:
+        return [dataclasses.replace(o, kind=kind) for o in ops_at(UNFUSED_OF[kind], b, l, d, h, mp, layers, hf_tp)]
     if kind is OpKind.FP8_CAST:
         return [Op(kind, b=b, l=l, d=w) for w in fp8_cast_widths(d, mp)]
     return [op_for(kind, b, l, d, h, mp, layers, hf_tp)]
@@ -213,7 +222,7 @@ def broad_ops(n: int, seed: int, kinds: Sequence[OpKind]) -> list[Op]:
             else:
                 l //= 2
         for kind in kinds:
-            if kind is OpKind.FP8_CAST:
+            if kind in (OpKind.FP8_CAST, OpKind.FP8_CAST_FUSED):
                 out.extend(Op(kind, b=b, l=l, d=w) for w in fp8_cast_widths(d, mp, f, d + 2 * max(kv, mp) * hd))
             elif kind.is_optimizer:
                 out.append(Op(kind, d=d, mp=mp, layers=1 + int(uv * 8)))
@@ -259,9 +268,14 @@ def sampling_plan(
     if budget is not None and budget < 1:
         raise ConfigError("--budget", f"must be a positive number of samples, got {budget}")
     wanted = set(kinds)
+    # a configuration's eager operator also gives its fused kind's shape when that kind is asked for,
+    # and the other way round (an A/B of the two at the same shapes)
+    twin = {**FUSED_OF, **UNFUSED_OF}
+    include = [*include, *((dataclasses.replace(o, kind=twin[o.kind]), dd) for o, dd in include
+                           if twin.get(o.kind) in wanted)]
     plan: list[tuple[Op, Direction]] = [(o, dd) for o, dd in include if o.kind in wanted and peak_bytes(o) <= max_bytes]
     if points is None:
-        per_point = sum(len(directions(k)) * (5 if k is OpKind.FP8_CAST else 1) for k in kinds)
+        per_point = sum(len(directions(k)) * (5 if k in (OpKind.FP8_CAST, OpKind.FP8_CAST_FUSED) else 1) for k in kinds)
         points = 256 if budget is None else max(1, math.ceil(max(budget - len(plan), 0) / max(per_point, 1)) + 1)
     if box == "broad":
         plan.extend((op, dd) for op in broad_ops(points, seed, [k for k in kinds if k in BROAD_KINDS])

@@ -74,6 +74,14 @@ class OpKind(str, Enum):
     FP8_LINEAR3 = "fp8_linear3"
     FP8_LINEAR4 = "fp8_linear4"
     FP8_CAST = "fp8_cast"
+    # training.kernels fused (Megatron-Core with Transformer Engine): the same operators as one
+    # generated kernel each (measured as torch.compile's Triton kernels, the stand-in for TE's and
+    # Apex's hand-fused ones): RoPE on q and k, SwiGLU, and the FP8 scaled cast (amax reduction,
+    # then the cast). Same features, FLOPs and bytes as the eager kind they fuse. (RMSNorm has no
+    # fused kind: torch's F.rms_norm, the eager kind, is already one kernel, faster than Inductor's.)
+    ROPE_FUSED = "rope_fused"
+    SWIGLU_FUSED = "swiglu_fused"
+    FP8_CAST_FUSED = "fp8_cast_fused"
 
     @property
     def is_optimizer(self) -> bool:
@@ -109,6 +117,9 @@ FEATURE_NAMES: dict[OpKind, tuple[str, ...]] = {
     OpKind.FP8_LINEAR3: ("b*l", "d", "f/mp"),
     OpKind.FP8_LINEAR4: ("b*l", "f/mp", "d"),
     OpKind.FP8_CAST: ("b*l*d",),
+    OpKind.ROPE_FUSED: ("b", "l", "h/mp", "d/h"),
+    OpKind.SWIGLU_FUSED: ("b", "l", "f/mp"),
+    OpKind.FP8_CAST_FUSED: ("b*l*d",),
     OpKind.LINEAR_FINAL: ("b*l", "d", "v/mp"),
     OpKind.CROSS_ENTROPY: ("b", "l", "v/mp"),
     OpKind.OPTIMIZER_FIRST: ("mp", "d", "encoders"),
@@ -150,6 +161,7 @@ _WORK_EXPONENTS: dict[OpKind, tuple[float, ...]] = {
 
 def work_exponents(kind: OpKind) -> tuple[float, ...]:
     """Exponents of the work in each feature of ``kind`` (see ``_WORK_EXPONENTS``)."""
+    kind = UNFUSED_OF.get(kind, kind)
     if kind in _WORK_EXPONENTS:
         return _WORK_EXPONENTS[kind]
     n = len(FEATURE_NAMES[kind])
@@ -234,6 +246,8 @@ _HF_FEATURES = {
 
 def features(op: Op) -> tuple[float, ...]:
     """The paper's Table I feature vector of an operator."""
+    if op.kind in UNFUSED_OF:
+        return features(dataclasses.replace(op, kind=UNFUSED_OF[op.kind]))
     b, l, d, h, mp, v, f = op.b, op.l, op.d, op.h, op.mp, op.v, op.ffn
     k = op.kind
     if k is OpKind.EMBEDDING:
@@ -281,6 +295,8 @@ def features(op: Op) -> tuple[float, ...]:
 def forward_flops(op: Op) -> float:
     """Floating-point operations of the forward pass on one MP rank."""
     b, l, d, h, mp, v, f = op.b, op.l, op.d, op.h, op.mp, op.v, op.ffn
+    if op.kind in UNFUSED_OF:
+        return forward_flops(dataclasses.replace(op, kind=UNFUSED_OF[op.kind]))
     k = _BF16_OF.get(op.kind, op.kind)
     tokens = b * l
     if k is OpKind.LINEAR1:
@@ -350,6 +366,8 @@ def flops(op: Op, direction: Direction) -> float:
 
 def bytes_moved(op: Op, direction: Direction, elem_bytes: int = 2) -> float:
     """A lower bound on device-memory traffic (read inputs and weights, write outputs)."""
+    if op.kind in UNFUSED_OF:
+        return bytes_moved(dataclasses.replace(op, kind=UNFUSED_OF[op.kind]), direction, elem_bytes)
     b, l, d, h, mp, v, f = op.b, op.l, op.d, op.h, op.mp, op.v, op.ffn
     k = op.kind
     tokens = b * l
@@ -411,6 +429,10 @@ def bytes_moved(op: Op, direction: Direction, elem_bytes: int = 2) -> float:
 _BF16_OF = {OpKind.FP8_LINEAR1: OpKind.LINEAR1, OpKind.FP8_LINEAR2: OpKind.LINEAR2,
             OpKind.FP8_LINEAR3: OpKind.LINEAR3, OpKind.FP8_LINEAR4: OpKind.LINEAR4}
 FP8_OF = {bf16: fp8 for fp8, bf16 in _BF16_OF.items()}
+
+#: each eager kind that ``training.kernels: fused`` replaces, and its fused kind
+FUSED_OF = {OpKind.ROPE: OpKind.ROPE_FUSED, OpKind.SWIGLU: OpKind.SWIGLU_FUSED, OpKind.FP8_CAST: OpKind.FP8_CAST_FUSED}
+UNFUSED_OF = {fused: eager for eager, fused in FUSED_OF.items()}
 
 
 def _gemm_out(op: Op) -> float:

@@ -23,6 +23,21 @@ class Precision(str, Enum):
         return 2
 
 
+class Kernels(str, Enum):
+    """How the elementwise and normalisation operators run (``training.kernels``).
+
+    ``eager``: PyTorch's eager sequences, several kernels each (what the paper's GPT-NeoX and the
+    Hugging Face models run, and what the eager operator kinds measure). ``fused``: Megatron-Core
+    with Transformer Engine, one fused kernel each for RoPE, SwiGLU and the FP8 cast (the
+    ``*_fused`` operator kinds; RMSNorm is one kernel either way). Unset: fused for framework
+    megatron in bf16 or fp8 (the Transformer Engine era), eager otherwise (fp16, the paper's runs;
+    framework hf).
+    """
+
+    EAGER = "eager"
+    FUSED = "fused"
+
+
 class Recompute(str, Enum):
     NONE = "none"
     SELECTIVE = "selective"  # the attention core only (Korthikanti et al. 2022)
@@ -211,6 +226,8 @@ class TrainingSpec:
     overlap_grad_reduce: bool | None = None
     # the parameter all-gather of the sharded optimizer overlapped with the next forward
     overlap_param_gather: bool = False
+    # eager | fused (Kernels); None: fused for framework megatron in bf16 / fp8, else eager
+    kernels: Kernels | None = None
 
     def __post_init__(self) -> None:
         _bounded("training.micro_batch", self.micro_batch, MAX_WIDTH)
@@ -228,6 +245,11 @@ class TrainingSpec:
         object.__setattr__(self, "precision", parse_enum(Precision, "training.precision", self.precision))
         object.__setattr__(self, "recompute", parse_enum(Recompute, "training.recompute", self.recompute))
         object.__setattr__(self, "framework", parse_enum(Framework, "training.framework", self.framework))
+        if self.kernels is not None:
+            object.__setattr__(self, "kernels", parse_enum(Kernels, "training.kernels", self.kernels))
+        if self.framework is Framework.HF and self.kernels is Kernels.FUSED:
+            raise ConfigError("training.kernels", "framework hf runs the model's eager PyTorch kernels; "
+                                                  "fused kernels are Megatron-Core's (framework megatron)")
         if self.fsdp:
             if self.zero_stage not in (1, 3):  # 1 is the default: fsdp alone means stage 3
                 raise ConfigError("training.fsdp", f"FSDP is ZeRO stage 3; it contradicts training.zero_stage: "
@@ -245,6 +267,13 @@ class TrainingSpec:
                                                     "framework hf runs bf16 autocast")
         if self.framework is Framework.HF and self.recompute is Recompute.SELECTIVE:
             raise ConfigError("training.recompute", "framework hf checkpoints whole layers (none or full)")
+
+    @property
+    def fused_kernels(self) -> bool:
+        """RoPE, SwiGLU and the FP8 cast as fused kernels (``kernels``, resolved)."""
+        if self.kernels is not None:
+            return self.kernels is Kernels.FUSED
+        return self.framework is Framework.MEGATRON and self.precision in (Precision.BF16, Precision.FP8)
 
     @property
     def fsdp_sharded(self) -> bool:

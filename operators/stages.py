@@ -10,9 +10,10 @@ is the topology's business.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from trainsim.operators.ops import FP8_OF, Direction, Op, OpKind, bytes_moved, flops
+from trainsim.operators.ops import FP8_OF, FUSED_OF, Direction, Op, OpKind, bytes_moved, flops
 from trainsim.operators.partition import (
     StageRole,
     kv_heads_per_rank,
@@ -238,6 +239,11 @@ def fp8_cast_ops(model: ModelSpec, b: int, mp: int, cp: int, direction: Directio
     return [Op(OpKind.FP8_CAST, b=b, l=l, d=w) for w in widths]
 
 
+def fused_op(op: Op) -> Op:
+    """``op`` as its fused kind (``training.kernels: fused``) where it has one."""
+    return dataclasses.replace(op, kind=FUSED_OF[op.kind]) if op.kind in FUSED_OF else op
+
+
 def counted(ops: list[Op], times: int) -> list[OpCount]:
     """Merge repeated operators (e.g. the two norms of an encoder) and scale by ``times``."""
     counts: dict[Op, int] = {}
@@ -279,6 +285,9 @@ def build_stage_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism
     if fp8:  # the backward casts output gradients, not inputs
         enc_bwd = [o for o in enc if o.kind is not OpKind.FP8_CAST] + fp8_cast_ops(model, b, mp, cp, Direction.BWD)
         enc = enc + fp8_cast_ops(model, b, mp, cp, Direction.FWD)
+    if training.fused_kernels:  # Megatron-Core / Transformer Engine: one fused kernel each
+        enc = [fused_op(o) for o in enc]
+        enc_bwd = [fused_op(o) for o in enc_bwd]
     counts = split_encoders(model.layers, par)
     full = training.recompute is Recompute.FULL
     selective = training.recompute is Recompute.SELECTIVE

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from trainsim.operators.ops import FEATURE_NAMES, Collective, CollKind, Direction, Op, OpKind, features
+from trainsim.operators.ops import FEATURE_NAMES, UNFUSED_OF, Collective, CollKind, Direction, Op, OpKind, features
 from trainsim.operators.spec import TrainingSpec
 from trainsim.operators.stages import StagePlan
 from trainsim.sim.costs import IterationCosts, StageCost
@@ -165,6 +165,9 @@ class _Use:
 def _op_use(op: Op, direction: Direction, regressors: Mapping[str, Any]) -> tuple[_Use, Op] | None:
     """The regressor pricing ``op`` (SwiGLU without samples: the GeLU stand-in ``sim.costs`` uses)."""
     key = f"op:{op.kind.value}:{direction.value}"
+    if key not in regressors and op.kind in UNFUSED_OF:  # a fused kind without samples: its eager kind
+        op = dataclasses.replace(op, kind=UNFUSED_OF[op.kind])
+        key = f"op:{op.kind.value}:{direction.value}"
     if key not in regressors and op.kind is OpKind.SWIGLU:
         op = dataclasses.replace(op, kind=OpKind.GELU, f=3 * op.ffn // 2)
         key = f"op:{op.kind.value}:{direction.value}"

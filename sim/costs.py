@@ -17,7 +17,7 @@ import numpy as np
 
 from trainsim.operators import Collective, CollKind, Direction, DurationModel, Op, OpKind, StagePlan, TrainingSpec
 from trainsim.operators.errors import ConfigError, NoSamplesError
-from trainsim.operators.ops import hf_params
+from trainsim.operators.ops import UNFUSED_OF, hf_params
 from trainsim.operators.spec import Parallelism
 from trainsim.operators.stages import DPBuckets, GradSegment
 from trainsim.topology import ClusterSpec, Placement, closed_form_seconds
@@ -443,14 +443,39 @@ def _op_table(model: DurationModel, ops: Sequence[Op], direction: Direction,
     if not ops:
         return {}
     swiglu = [o for o in ops if o.kind is OpKind.SWIGLU]
-    rest = [o for o in ops if o.kind is not OpKind.SWIGLU]
+    fused = [o for o in ops if o.kind in UNFUSED_OF]
+    rest = [o for o in ops if o.kind is not OpKind.SWIGLU and o.kind not in UNFUSED_OF]
     out: dict[Op, float] = {}
     if rest:
         secs = np.asarray(model.op_seconds(rest, direction), dtype=float)
         out.update(zip(rest, secs.tolist(), strict=True))
     if swiglu:
         out.update(_swiglu_table(model, swiglu, direction, notes))
+    for kind in dict.fromkeys(o.kind for o in fused):
+        out.update(_fused_table(model, [o for o in fused if o.kind is kind], direction, notes))
     return out
+
+
+def _fused_table(model: DurationModel, ops: Sequence[Op], direction: Direction,
+                 notes: list[str] | None) -> dict[Op, float]:
+    """A fused kind's durations (``training.kernels: fused``): the faster of its regressor and the
+    eager kind's (a fused kernel is never slower than the eager sequence it replaces: measured 1.8-11x
+    faster at the published shapes, docs/published.md; a regressor's error at a small shape may say
+    otherwise), or the eager kind alone, with a note, where the profile has no samples of the fused
+    kind."""
+    kind = ops[0].kind
+    eager = [dataclasses.replace(o, kind=UNFUSED_OF[kind]) for o in ops]
+    slow = _op_table(model, eager, direction, notes)
+    try:
+        secs = np.asarray(model.op_seconds(list(ops), direction), dtype=float)
+    except NoSamplesError as e:
+        if e.kind != kind.value:
+            raise
+        if notes is not None:
+            notes.append(f"profile {getattr(model, 'name', '?')!r} has no {kind.value} samples; the fused kernel "
+                         f"is priced as the eager {UNFUSED_OF[kind].value}")
+        return {o: slow[e] for o, e in zip(ops, eager, strict=True)}
+    return {o: min(t, slow[e]) for o, e, t in zip(ops, eager, secs.tolist(), strict=True)}
 
 
 def _swiglu_table(model: DurationModel, ops: Sequence[Op], direction: Direction,

@@ -59,6 +59,11 @@ INPUTS: dict[str, bytes] = {
     "python_tag.yaml": (GOOD + "description: !!python/object/apply:os.system ['true']\n").encode(),
     "times.csv": b"1,2\n",
     "measured.csv": b"name,iteration_s\nx,1.0\n",
+    "published.csv": (b"id,source,system,model,gpus,precision,gbs,mbs,seq_len,tp,pp,cp,vp,fsdp,split,kernels,"
+                      b"tokens_per_s_per_gpu\nr1,x,dgx-h100,llama3-8b,12,fp8,128,1,8192,8,1,1,1,0,megatron,fused,1000\n"),
+    "published_cell.csv": (b"id,source,system,model,gpus,precision,gbs,mbs,seq_len,tp,pp,cp,vp,fsdp,split,kernels,"
+                           b"tokens_per_s_per_gpu\nr1,x,dgx-h100,llama3-8b,eight,fp8,128,1,8192,1,1,1,1,0,megatron,"
+                           b"fused,1000\n"),
     "afile": b"not a folder\n",
 }
 
@@ -200,6 +205,16 @@ CASES: list[Case] = [
     ("profile-show-unknown", lambda i, o: ["profile", "show", "nope"], "unknown profile 'nope'"),
     ("validate-measured-columns", lambda i, o: ["validate", "--measured", str(i / "measured.csv")], "lacks columns"),
     ("validate-measured-missing", lambda i, o: ["validate", "--measured", str(i / "nowhere.csv")], "--measured"),
+    ("validate-published-columns", lambda i, o: ["validate", "--published", str(i / "measured.csv")],
+     "missing columns"),
+    ("validate-published-layout", lambda i, o: ["validate", "--published", str(i / "published.csv")],
+     "not a multiple of TP x PP x CP"),
+    ("validate-published-cell", lambda i, o: ["validate", "--published", str(i / "published_cell.csv")],
+     "must be integers"),
+    ("validate-published-missing", lambda i, o: ["validate", "--published", str(i / "nowhere.csv")], "--published"),
+    ("kernels-word", _set("training.kernels=jit"), "training.kernels"),
+    ("kernels-hf-fused", _set("training.framework=hf", "training.kernels=fused", "model.preset=gpt-20b"),
+     "training.kernels"),
     ("calibrate-out-is-file", lambda i, o: ["calibrate", "--out", str(i / "afile"), "--device", "cpu", "--budget",
                                             "1"], "--out"),
     ("calibrate-budget-negative", lambda i, o: ["calibrate", "--out", "x", "--budget", "-1"], "--budget"),

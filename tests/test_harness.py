@@ -14,6 +14,7 @@ from trainsim.calibration.samples import read_compute, read_meta
 from trainsim.calibration.sampling import (
     DEFAULT_KINDS,
     FP8_KINDS,
+    FUSED_KINDS,
     OPT_IN_KINDS,
     directions,
     fp8_cast_widths,
@@ -113,7 +114,7 @@ torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build 
 def _tiny_plan() -> list[tuple[Op, Direction]]:
     plan = []
     for k in OpKind:
-        if k in FP8_KINDS:  # need CUDA sm_89+ (see the fp8 tests below)
+        if k in FP8_KINDS or k in FUSED_KINDS:  # CUDA sm_89+ (the fp8 tests below); torch.compile (test_fused_kernels)
             continue
         op = Op(k, b=2, l=16, d=32, h=2, mp=1, v=64, layers=1)
         plan += [(op, dd) for dd in directions(k)]

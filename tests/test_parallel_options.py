@@ -264,7 +264,8 @@ def test_fp8_needs_fp8_samples_and_swaps_the_gemms():
     tr = dataclasses.replace(TR, precision="fp8")
     (plan,) = build_stage_plans(LLAMA, tr, Parallelism(mp=2))
     kinds = {oc.op.kind for oc in plan.forward}
-    assert {OpKind.FP8_LINEAR1, OpKind.FP8_LINEAR4, OpKind.FP8_CAST} <= kinds and OpKind.LINEAR1 not in kinds
+    # the cast is Transformer Engine's fused one: framework megatron in fp8 defaults to training.kernels fused
+    assert {OpKind.FP8_LINEAR1, OpKind.FP8_LINEAR4, OpKind.FP8_CAST_FUSED} <= kinds and OpKind.LINEAR1 not in kinds
     assert OpKind.LINEAR_FINAL in kinds  # the LM head stays in bf16
     with pytest.raises(ConfigError, match="no FP8 rate"):
         costs(training=tr, mp=2)
@@ -274,7 +275,7 @@ def test_swiglu_has_three_matrices_and_gqa_narrows_qkv():
     (plan,) = build_stage_plans(LLAMA, TR, Parallelism(mp=4))
     ops = {oc.op.kind: oc.op for oc in plan.forward}
     assert ops[OpKind.LINEAR3].ffn == 2 * LLAMA.ffn  # gate and up, fused
-    assert ops[OpKind.LINEAR4].ffn == LLAMA.ffn and OpKind.SWIGLU in ops and OpKind.GELU not in ops
+    assert ops[OpKind.LINEAR4].ffn == LLAMA.ffn and OpKind.SWIGLU_FUSED in ops and OpKind.GELU not in ops
     assert ops[OpKind.LINEAR1].qkv == 4096 + 2 * 8 * 128  # 32 query heads, 8 kv heads of 128
 
 

@@ -47,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attribute", action="store_true",
                    help="with --measured-multi: split each row's error into GPU compute and the rest, from the "
                         "kernel trace beside the table (<CSV>.kernels.jsonl)")
+    p.add_argument("--published", default=None, metavar="CSV",
+                   help="instead: published training throughput (e.g. validation/published_h100.csv, NVIDIA's "
+                        "NeMo / Megatron-Bridge tables), each row simulated as its recipe runs")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress and no warnings (errors still print)")
     p.set_defaults(func=run)
 
@@ -144,18 +147,24 @@ def render(results: list[dict], summary: dict) -> str:
 
 def run_3d(args: argparse.Namespace) -> int:
     from trainsim.scenarios import compare_3d
-    from trainsim.scenarios.commands.common import print_json, warn
     from trainsim.scenarios.progress import Progress
 
     measured = compare_3d.read_measured(args.measured_3d)
     with Progress("validate", len(measured), unit="runs", quiet=args.quiet) as bar:
         table = compare_3d.rows(args.measured_3d, args.profile_3d, args.host_gpus, cluster=args.cluster_3d,
                                 progress=bar.update)
+    return _report(args, {"summary": compare_3d.summary(table), "layouts": table}, compare_3d.render, table)
+
+
+def _report(args: argparse.Namespace, payload: dict, render, table: list[dict]) -> int:
+    """Print a validation table (``--json``: the payload) and its rows' warnings in one block."""
+    from trainsim.scenarios.commands.common import print_json, warn
+
     if args.json:
-        print_json({"summary": compare_3d.summary(table), "layouts": table})
+        print_json(payload)
     else:
-        print(compare_3d.render(table))
-    warn(dict.fromkeys(w for r in table for w in r["warnings"]), quiet=args.quiet)
+        print(render(table))
+    warn(dict.fromkeys(w for r in table for w in r.get("warnings", [])), quiet=args.quiet)
     return 0
 
 
@@ -181,9 +190,21 @@ def run_multi(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_published(args: argparse.Namespace) -> int:
+    from trainsim.scenarios import published
+    from trainsim.scenarios.progress import Progress
+
+    rows = published.read_published(args.published)  # a bad table fails before any work
+    with Progress("validate", len(rows), unit="runs", quiet=args.quiet) as bar:
+        table = published.predict_rows(rows, cache_dir=args.cache_dir, progress=bar.update)
+    return _report(args, {"summary": published.summary(table), "runs": table}, published.render, table)
+
+
 def run(args: argparse.Namespace) -> int:
     import warnings
 
+    if args.published:
+        return run_published(args)
     if args.measured_multi:
         return run_multi(args)
     if args.measured_3d:

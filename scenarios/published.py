@@ -1,0 +1,175 @@
+"""Predicted against published training throughput (``trainsim validate --published CSV``).
+
+Each row of the table is one published pre-training benchmark (NVIDIA's NeMo and Megatron-Bridge
+performance tables on DGX H100: model, GPUs, precision, global and micro-batch, sequence, TP, PP,
+CP, virtual stages, FSDP, and the tokens per second per GPU they report; the ``source`` column
+names the document and its commit). The row becomes the scenario the published recipe runs:
+
+* framework megatron (Megatron-Core), the row's kernels (``fused``: Transformer Engine's);
+* tensor parallelism with sequence parallelism and its communication overlapped with the GEMMs
+  (the recipes' ``tp_comm_overlap``), the distributed optimizer with the gradient reduce-scatter
+  and the parameter all-gather overlapped, no activation recompute;
+* interleaved 1F1B when ``vp`` > 1; ``dp`` = GPUs / (TP x PP x CP), micro-batches per step =
+  global batch / (micro-batch x dp);
+* Megatron's layer split, or the balanced (``deepspeed``) one where the row's ``split`` says so
+  (Llama 3.1 405B's 126 layers over 8 stages: Megatron-Core counts the embedding and the loss as
+  layers, which the interleaved schedule here cannot express);
+* the cluster preset of the ``system`` column and its GPU's shipped profile.
+
+The prediction is simulated (realistic mode, seed 0); its throughput is global batch x sequence /
+iteration time / GPUs; the error is predicted / published - 1.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import statistics
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from trainsim.operators.errors import ConfigError
+
+COLUMNS = ("id", "source", "system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp", "cp",
+           "vp", "fsdp", "split", "kernels", "tokens_per_s_per_gpu")
+INTS = ("gpus", "gbs", "mbs", "seq_len", "tp", "pp", "cp", "vp", "fsdp")
+#: system column -> (cluster preset, shipped profile)
+SYSTEMS = {"dgx-h100": ("dgx-h100", "h100-sxm-bf16"), "dgx-h200": ("dgx-h200", "h200-sxm-bf16")}
+#: models the tables name that have no preset: a preset's architecture with these shapes
+#: (NeMo's GPT-3 5B / 20B configs; Llama 2 13B's Hugging Face card)
+DERIVED_MODELS: dict[str, dict[str, Any]] = {
+    "gpt3-5b": {"preset": "gpt3-175b", "hidden": 4096, "heads": 32, "layers": 24, "ffn_hidden": 16384},
+    "gpt3-20b": {"preset": "gpt3-175b", "hidden": 6144, "heads": 48, "layers": 44, "ffn_hidden": 24576},
+    "llama2-13b": {"preset": "llama2-7b", "hidden": 5120, "heads": 40, "kv_heads": 40, "layers": 40,
+                   "ffn_hidden": 13824},
+}
+
+
+def read_published(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The rows of a published-runs table, typed; a bad file or cell is one ConfigError naming it."""
+    p = Path(path)
+    try:
+        fh = p.open(newline="")
+    except OSError as e:
+        raise ConfigError("--published", f"cannot read {p}: {e.strerror}") from None
+    with fh:
+        try:
+            reader = csv.DictReader(row for row in fh if not row.startswith("#"))
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ConfigError(f"{p}:1", f"missing columns: {', '.join(missing)}")
+            raw = list(reader)
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise ConfigError(str(p), f"not a CSV table: {e}") from None
+    if not raw:
+        raise ConfigError(str(p), "holds no rows")
+    rows = []
+    for i, r in enumerate(raw, start=2):
+        row: dict[str, Any] = dict(r)
+        try:
+            for c in INTS:
+                row[c] = int(r[c])
+            row["tokens_per_s_per_gpu"] = float(r["tokens_per_s_per_gpu"])
+        except (TypeError, ValueError):
+            raise ConfigError(f"{p}, row {r.get('id') or i}",
+                              "gpus, gbs, mbs, seq_len, tp, pp, cp, vp and fsdp must be integers, "
+                              "tokens_per_s_per_gpu a number") from None
+        if row["system"] not in SYSTEMS:
+            raise ConfigError(f"{p}, row {row['id']}", f"unknown system {row['system']!r}; known: "
+                                                       f"{', '.join(SYSTEMS)}")
+        if min(row[c] for c in INTS if c != "fsdp") < 1 or row["tokens_per_s_per_gpu"] <= 0:
+            raise ConfigError(f"{p}, row {row['id']}", "sizes and the throughput must be positive")
+        shards = row["tp"] * row["pp"] * row["cp"]
+        if row["gpus"] % shards:
+            raise ConfigError(f"{p}, row {row['id']}", f"{row['gpus']} GPUs are not a multiple of TP x PP x CP = "
+                                                       f"{shards}")
+        dp = row["gpus"] // shards
+        if row["gbs"] % (row["mbs"] * dp):
+            raise ConfigError(f"{p}, row {row['id']}", f"global batch {row['gbs']} is not a multiple of micro-batch "
+                                                       f"x dp = {row['mbs'] * dp}")
+        rows.append(row)
+    return rows
+
+
+def scenario_mapping(row: dict[str, Any]) -> dict[str, Any]:
+    """The scenario (as a mapping) that the row's published recipe runs (see the module doc)."""
+    tp, pp, cp, vp = row["tp"], row["pp"], row["cp"], row["vp"]
+    dp = row["gpus"] // (tp * pp * cp)
+    cluster, profile = SYSTEMS[row["system"]]
+    model = dict(DERIVED_MODELS.get(row["model"], {"preset": row["model"]}))
+    model["seq_len"] = row["seq_len"]
+    fsdp = row["fsdp"] > 0
+    return {
+        "name": row["id"], "description": f"{row['id']} ({row['source']})",
+        "model": model,
+        "training": {"micro_batch": row["mbs"], "micro_batches": row["gbs"] // (row["mbs"] * dp),
+                     "precision": row["precision"], "recompute": "none", "kernels": row["kernels"],
+                     "distributed_optimizer": not fsdp, "fsdp": fsdp, "overlap_grad_reduce": True,
+                     "overlap_param_gather": not fsdp, "dp_bucket": 40_000_000},
+        "parallelism": {"pp": pp, "mp": tp, "dp": dp, "cp": cp, "sequence_parallel": tp > 1,
+                        "tp_comm_overlap": tp > 1, "split": row["split"],
+                        "schedule": "interleaved-1f1b" if vp > 1 else "1f1b", "virtual_stages": vp},
+        "cluster": {"preset": cluster},
+        "profile": {"name": profile},
+        "simulation": {"mode": "realistic", "seed": 0},
+    }
+
+
+def predict_rows(rows: list[dict[str, Any]], cache_dir: str | None = None,
+                 progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+    """Each row simulated: predicted against published tokens per second per GPU."""
+    from trainsim.scenarios.compose import predict, simulate_prediction
+    from trainsim.scenarios.schema import scenario_from_mapping
+
+    out = []
+    for row in rows:
+        sc = scenario_from_mapping(scenario_mapping(row), name=row["id"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # profile quirks are `trainsim profile`'s report
+            pred = predict(sc, cache_dir=cache_dir)
+            sim = simulate_prediction(pred)
+        tokens = row["gbs"] * row["seq_len"]
+        predicted = tokens / sim.iteration_s / row["gpus"]
+        out.append({
+            "id": row["id"], "source": row["source"], "model": row["model"], "gpus": row["gpus"],
+            "precision": row["precision"], "layout": _layout(row), "iteration_s": sim.iteration_s,
+            "published_iteration_s": tokens / row["tokens_per_s_per_gpu"] / row["gpus"],
+            "predicted": predicted, "published": row["tokens_per_s_per_gpu"],
+            "error_pct": 100.0 * (predicted / row["tokens_per_s_per_gpu"] - 1),
+            "extrapolated_pct": 100.0 * pred.extrapolated.share, "profile": pred.profile_name,
+            "warnings": list(pred.warnings),
+        })
+        if progress is not None:
+            progress(1)
+    return out
+
+
+def _layout(row: dict[str, Any]) -> str:
+    parts = [f"TP{row['tp']}", f"PP{row['pp']}"]
+    if row["vp"] > 1:
+        parts.append(f"VP{row['vp']}")
+    if row["cp"] > 1:
+        parts.append(f"CP{row['cp']}")
+    parts.append(f"{'FSDP' if row['fsdp'] else 'DP'}{row['gpus'] // (row['tp'] * row['pp'] * row['cp'])}")
+    return " ".join(parts)
+
+
+def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    errs = [r["error_pct"] for r in results]
+    return {"runs": len(results), "mape_pct": statistics.fmean(abs(e) for e in errs),
+            "mean_error_pct": statistics.fmean(errs), "max_abs_error_pct": max(abs(e) for e in errs)}
+
+
+def render(results: list[dict[str, Any]]) -> str:
+    lines = ["| run | GPUs | precision | layout | predicted tok/s/GPU | published | error | extrapolated |",
+             "|---|---:|---|---|---:|---:|---:|---:|"]
+    for r in results:
+        lines.append(f"| {r['id']} | {r['gpus']} | {r['precision']} | {r['layout']} | {r['predicted']:,.0f} | "
+                     f"{r['published']:,.0f} | {r['error_pct']:+.1f}% | {r['extrapolated_pct']:.1f}% |")
+    s = summary(results)
+    profiles = ", ".join(sorted({r["profile"] for r in results}))
+    lines += ["", f"Throughput: MAPE {s['mape_pct']:.1f}% (mean {s['mean_error_pct']:+.1f}%, max "
+                  f"{s['max_abs_error_pct']:.1f}%) over {s['runs']} published runs ({profiles})."]
+    return "\n".join(lines)
