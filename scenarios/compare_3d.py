@@ -50,7 +50,7 @@ def scenario_mapping(row: dict, profile_name: str, host_gpus: int | None = None,
         "model": model,
         "training": {"micro_batch": int(row["micro_batch"]), "micro_batches": int(row["micro_batches"]),
                      "precision": "bf16", "recompute": row.get("recompute") or "none", "zero_stage": 0,
-                     "framework": "megatron"},
+                     "framework": "megatron", "kernels": "eager"},  # train_3d.py runs PyTorch eager ops
         "parallelism": {"pp": int(row["pp"]), "mp": int(row["mp"]), "dp": int(row["dp"]), "schedule": "1f1b"},
         "cluster": {"preset": cluster, "gpus_per_node": gpn},
         "profile": profile,
