@@ -77,7 +77,8 @@ class OpKind(str, Enum):
     # training.kernels fused (Megatron-Core with Transformer Engine): the same operators as one
     # generated kernel each (measured as torch.compile's Triton kernels, the stand-in for TE's and
     # Apex's hand-fused ones): RoPE on q and k, SwiGLU, and the FP8 scaled cast (amax reduction,
-    # then the cast). Same features, FLOPs and bytes as the eager kind they fuse. (RMSNorm has no
+    # then the cast and its transposed copy, TE's cast_transpose on Hopper). Same features, FLOPs
+    # and bytes (a lower bound either way) as the eager kind they fuse. (RMSNorm has no
     # fused kind: torch's F.rms_norm, the eager kind, is already one kernel, faster than Inductor's.)
     ROPE_FUSED = "rope_fused"
     SWIGLU_FUSED = "swiglu_fused"
