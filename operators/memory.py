@@ -55,13 +55,15 @@ never materialises it (its log-sum-exp, 4 bytes per head and token, is ignored).
 keeps a layer's 16-bit input, 2sbh (2sbh/t with SP), plus one layer's full activations during its
 backward. Under 1F1B stage ``s`` holds ``min(pp - s, m)`` micro-batches in flight, under GPipe all m.
 
-FP8 (Transformer Engine): we count the bf16 activations above *plus* a 1-byte FP8 copy of each
-GEMM input (QKV and MLP-up inputs, h wide and whole unless SP; out-projection input h/t; MLP-down
-input ffn/t). TE's Linear saves the FP8 input for its weight gradient; some bf16 copies stay alive
-for other consumers regardless (flash attention keeps its output, the norms their inputs, the
-activation function its input) and which of the others a given TE version drops varies. The
-estimate decides whether a layout fits, so it errs towards over-counting, by at most the bf16 norm
-outputs and activation output (4h whole + 2 ffn/t per token), rather than under-counting.
+FP8 (Transformer Engine): a Linear run in FP8 saves the FP8 (transposed) copy of its input for
+the weight gradient *instead of* the bf16 input (TE's ``Linear`` saves ``inputmat_t`` when the
+weight gradient is FP8, ``inputmat_no_fp8`` only when it is not; read from its source, not measured
+here). A bf16 copy stays where another operator keeps it anyway: flash attention keeps its output,
+the out-projection's input. So, per token: the QKV and MLP-up inputs (the norms' outputs, 2h whole
+each) become 1-byte copies (-2h whole); the out-projection input gains a 1-byte copy (+h/t); the
+MLP-down input (the activation's output, 2 ffn/t, which the activation's backward does not need)
+becomes a 1-byte copy (-ffn/t). Until 2026-11-27 the copies were added to the bf16 ones (an
+over-count that put 6 of 15 published FP8 runs, all of which ran, over 80 GiB: docs/published.md).
 
 The LM head keeps fp32 log-probabilities and their gradient: 12 bytes per logit (v/mp per rank).
 
@@ -190,8 +192,8 @@ class LayerActivations:
     whole: float
     split: float
     scores: float
-    fp8_whole: float = 0.0  # FP8 copies of the QKV and MLP-up inputs (whole unless SP)
-    fp8_split: float = 0.0  # ... of the out-projection and MLP-down inputs
+    fp8_whole: float = 0.0  # FP8's change to the whole part: the QKV and MLP-up inputs kept in 1 byte, not 2
+    fp8_split: float = 0.0  # ... to the split part: the out-projection input's copy, the MLP-down input in 1 byte
 
     def bytes(self, mp: int, sp: bool = False, recompute: Recompute = Recompute.NONE) -> float:
         """Kept per layer: all of it, or without the attention core under selective recompute."""
@@ -210,8 +212,8 @@ def layer_activations(model: ModelSpec, b: int, mp: int, cp: int = 1, fp8: bool 
     scores = 0.0 if model.attention is Attention.FLASH else (5.0 if drop else 2.0) * model.heads * s * s * b / t
     return LayerActivations(whole=s * b * (10 if drop else 8) * h, split=s * b * (2 * qkv + (2 * h + mlp) / t),
                             scores=scores,
-                            fp8_whole=s * b * 2 * h if fp8 else 0.0,
-                            fp8_split=s * b * (h + model.ffn) / t if fp8 else 0.0)
+                            fp8_whole=-s * b * 2 * h if fp8 else 0.0,
+                            fp8_split=s * b * (h - model.ffn) / t if fp8 else 0.0)
 
 
 def megatron_layer_activation_bytes(model: ModelSpec, b: int, mp: int, *, sp: bool = False, cp: int = 1,

@@ -114,11 +114,13 @@ def test_gpipe_holds_every_micro_batch():
     assert e.stage == 0 and e.activations == pytest.approx(stage0)
 
 
-def test_fp8_adds_one_byte_per_gemm_input_and_per_gemm_weight():
+def test_fp8_keeps_gemm_inputs_in_one_byte_and_adds_one_byte_per_gemm_weight():
     bf16 = _mem(SMALL, precision="bf16", recompute="none", micro_batches=1)
     fp8 = _mem(SMALL, precision="fp8", recompute="none", micro_batches=1)
-    # per layer: QKV and MLP-up inputs 2h, out-projection input h, MLP-down input 4h: 64 tokens * 448
-    assert fp8.activations - bf16.activations == 4 * 64 * (2 * 64 + 64 + 256)
+    # per layer and token (h 64, ffn 256, t 1): the QKV and MLP-up inputs 2 -> 1 byte (-2h), the
+    # out-projection input's FP8 copy beside flash attention's bf16 output (+h), the MLP-down input
+    # 2 -> 1 byte (-ffn): 64 tokens * (-128 + 64 - 256)
+    assert fp8.activations - bf16.activations == 4 * 64 * (-2 * 64 + 64 - 256)
     assert fp8.weights - bf16.weights == 4 * LAYER  # the encoders' weights, not embedding or head
     assert (fp8.grads, fp8.optimizer) == (bf16.grads, bf16.optimizer)
 
