@@ -79,7 +79,8 @@ class OpKind(str, Enum):
     # Apex's hand-fused ones): RoPE on q and k, SwiGLU, and the FP8 scaled cast (amax reduction,
     # then the cast and its transposed copy, TE's cast_transpose on Hopper). Same features, FLOPs
     # and bytes (a lower bound either way) as the eager kind they fuse. (RMSNorm has no
-    # fused kind: torch's F.rms_norm, the eager kind, is already one kernel, faster than Inductor's.)
+    # fused kind: torch's F.rms_norm, the eager kind, is already one kernel, faster than
+    # Inductor's dynamic-shape one.)
     ROPE_FUSED = "rope_fused"
     SWIGLU_FUSED = "swiglu_fused"
     FP8_CAST_FUSED = "fp8_cast_fused"
