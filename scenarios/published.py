@@ -125,7 +125,10 @@ def predict_rows(rows: list[dict[str, Any]], cache_dir: str | None = None,
 
     out = []
     for row in rows:
-        sc = scenario_from_mapping(scenario_mapping(row), name=row["id"])
+        try:
+            sc = scenario_from_mapping(scenario_mapping(row), name=row["id"])
+        except ConfigError as e:  # a cell the scenario refuses (split, kernels, model, ...): name the row
+            raise ConfigError(f"row {row['id']}, {e.field}", e.message) from None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # profile quirks are `trainsim profile`'s report
             pred = predict(sc, cache_dir=cache_dir)

@@ -61,6 +61,8 @@ INPUTS: dict[str, bytes] = {
     "measured.csv": b"name,iteration_s\nx,1.0\n",
     "published.csv": (b"id,source,system,model,gpus,precision,gbs,mbs,seq_len,tp,pp,cp,vp,fsdp,split,kernels,"
                       b"tokens_per_s_per_gpu\nr1,x,dgx-h100,llama3-8b,12,fp8,128,1,8192,8,1,1,1,0,megatron,fused,1000\n"),
+    "published_split.csv": (b"id,source,system,model,gpus,precision,gbs,mbs,seq_len,tp,pp,cp,vp,fsdp,split,kernels,"
+                            b"tokens_per_s_per_gpu\nr1,x,dgx-h100,llama3-8b,8,fp8,128,1,8192,1,1,1,1,0,zigzag,fused,1000\n"),
     "published_cell.csv": (b"id,source,system,model,gpus,precision,gbs,mbs,seq_len,tp,pp,cp,vp,fsdp,split,kernels,"
                            b"tokens_per_s_per_gpu\nr1,x,dgx-h100,llama3-8b,eight,fp8,128,1,8192,1,1,1,1,0,megatron,"
                            b"fused,1000\n"),
@@ -211,6 +213,8 @@ CASES: list[Case] = [
      "not a multiple of TP x PP x CP"),
     ("validate-published-cell", lambda i, o: ["validate", "--published", str(i / "published_cell.csv")],
      "must be integers"),
+    ("validate-published-split", lambda i, o: ["validate", "--published", str(i / "published_split.csv")],
+     "row r1, parallelism.split"),
     ("validate-published-missing", lambda i, o: ["validate", "--published", str(i / "nowhere.csv")], "--published"),
     ("kernels-word", _set("training.kernels=jit"), "training.kernels"),
     ("kernels-hf-fused", _set("training.framework=hf", "training.kernels=fused", "model.preset=gpt-20b"),
