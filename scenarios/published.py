@@ -142,6 +142,7 @@ def predict_rows(rows: list[dict[str, Any]], cache_dir: str | None = None,
             "predicted": predicted, "published": row["tokens_per_s_per_gpu"],
             "error_pct": 100.0 * (predicted / row["tokens_per_s_per_gpu"] - 1),
             "extrapolated_pct": 100.0 * pred.extrapolated.share, "profile": pred.profile_name,
+            "memory_gib": pred.memory_gib_per_gpu, "memory_fits": pred.memory_fit.fits,
             "warnings": list(pred.warnings),
         })
         if progress is not None:
@@ -161,18 +162,23 @@ def _layout(row: dict[str, Any]) -> str:
 
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     errs = [r["error_pct"] for r in results]
-    return {"runs": len(results), "mape_pct": statistics.fmean(abs(e) for e in errs),
+    return {"runs": len(results), "memory_over_capacity": sum(not r["memory_fits"] for r in results),
+            "mape_pct": statistics.fmean(abs(e) for e in errs),
             "mean_error_pct": statistics.fmean(errs), "max_abs_error_pct": max(abs(e) for e in errs)}
 
 
 def render(results: list[dict[str, Any]]) -> str:
-    lines = ["| run | GPUs | precision | layout | predicted tok/s/GPU | published | error | extrapolated |",
-             "|---|---:|---|---|---:|---:|---:|---:|"]
+    lines = ["| run | GPUs | precision | layout | predicted tok/s/GPU | published | error | extrapolated | "
+             "memory per GPU |",
+             "|---|---:|---|---|---:|---:|---:|---:|---:|"]
     for r in results:
+        memory = f"{r['memory_gib']:.1f} GiB" + ("" if r["memory_fits"] else " (does not fit)")
         lines.append(f"| {r['id']} | {r['gpus']} | {r['precision']} | {r['layout']} | {r['predicted']:,.0f} | "
-                     f"{r['published']:,.0f} | {r['error_pct']:+.1f}% | {r['extrapolated_pct']:.1f}% |")
+                     f"{r['published']:,.0f} | {r['error_pct']:+.1f}% | {r['extrapolated_pct']:.1f}% | {memory} |")
     s = summary(results)
     profiles = ", ".join(sorted({r["profile"] for r in results}))
+    over = sum(not r["memory_fits"] for r in results)
     lines += ["", f"Throughput: MAPE {s['mape_pct']:.1f}% (mean {s['mean_error_pct']:+.1f}%, max "
-                  f"{s['max_abs_error_pct']:.1f}%) over {s['runs']} published runs ({profiles})."]
+                  f"{s['max_abs_error_pct']:.1f}%) over {s['runs']} published runs ({profiles}). Memory: "
+                  f"{over} of {s['runs']} estimated not to fit, though every published run ran."]
     return "\n".join(lines)
