@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from trainsim.operators.errors import ConfigError
-from trainsim.operators.ops import FP8_OF, UNFUSED_OF, Direction, Op, OpKind, hf_params
+from trainsim.operators.ops import FP8_CAST_KINDS, FP8_OF, UNFUSED_OF, Direction, Op, OpKind, hf_params
 from trainsim.operators.partition import padded_vocab
 
 L2_BYTES_DEFAULT = 50 * 2**20  # H100 SXM
@@ -309,7 +309,7 @@ def _kernel_bench(op: Op, direction: Direction, env: Env) -> Bench:
 
 GEMM_KINDS = (OpKind.LINEAR1, OpKind.LINEAR2, OpKind.LINEAR3, OpKind.LINEAR4)
 FP8_GEMM_KINDS = tuple(FP8_OF[k] for k in GEMM_KINDS)
-FP8_KINDS = FP8_GEMM_KINDS + (OpKind.FP8_CAST, OpKind.FP8_CAST_FUSED)
+FP8_KINDS = FP8_GEMM_KINDS + FP8_CAST_KINDS
 _BF16_GEMM = {fp8: bf16 for bf16, fp8 in FP8_OF.items()}
 E4M3_MAX = 448.0  # largest float8_e4m3fn
 E5M2_MAX = 57344.0  # largest float8_e5m2
@@ -392,7 +392,7 @@ def _fp8_bench(op: Op, direction: Direction, env: Env) -> Bench:
     torch = env.torch
     dev = env.device
     f32 = torch.float32
-    if op.kind in (OpKind.FP8_CAST, OpKind.FP8_CAST_FUSED):
+    if op.kind in FP8_CAST_KINDS:
         return _fp8_cast_bench(op, direction, env)
     names = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2, "half": env.dtype}
     operands = fp8_gemm_operands(op, direction)

@@ -31,7 +31,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from trainsim.operators.errors import ConfigError
-from trainsim.operators.ops import FUSED_OF, UNFUSED_OF, Direction, Op, OpKind, hf_params
+from trainsim.operators.ops import FP8_CAST_KINDS, FUSED_OF, UNFUSED_OF, Direction, Op, OpKind, eager_op, hf_params
 from trainsim.operators.partition import padded_vocab
 from trainsim.operators.spec import ModelSpec, Parallelism, TrainingSpec
 from trainsim.operators.stages import build_stage_plans
@@ -86,7 +86,7 @@ def parse_kinds(text: str | None) -> tuple[OpKind, ...]:
 def peak_bytes(op: Op) -> float:
     """A generous estimate of the device memory one benchmark of ``op`` needs (backward included)."""
     if op.kind in UNFUSED_OF:
-        return peak_bytes(dataclasses.replace(op, kind=UNFUSED_OF[op.kind]))
+        return peak_bytes(eager_op(op))
     b, l, d, h, mp, v, f = op.b, op.l, op.d, op.h, op.mp, op.v, op.ffn
     k = op.kind
     if k in (OpKind.HF_OPTIMIZER, OpKind.HF_GRAD_ACCUM):
@@ -222,7 +222,7 @@ def broad_ops(n: int, seed: int, kinds: Sequence[OpKind]) -> list[Op]:
             else:
                 l //= 2
         for kind in kinds:
-            if kind in (OpKind.FP8_CAST, OpKind.FP8_CAST_FUSED):
+            if kind in FP8_CAST_KINDS:
                 out.extend(Op(kind, b=b, l=l, d=w) for w in fp8_cast_widths(d, mp, f, d + 2 * max(kv, mp) * hd))
             elif kind.is_optimizer:
                 out.append(Op(kind, d=d, mp=mp, layers=1 + int(uv * 8)))
@@ -275,7 +275,7 @@ def sampling_plan(
                            if twin.get(o.kind) in wanted)]
     plan: list[tuple[Op, Direction]] = [(o, dd) for o, dd in include if o.kind in wanted and peak_bytes(o) <= max_bytes]
     if points is None:
-        per_point = sum(len(directions(k)) * (5 if k in (OpKind.FP8_CAST, OpKind.FP8_CAST_FUSED) else 1) for k in kinds)
+        per_point = sum(len(directions(k)) * (5 if k in FP8_CAST_KINDS else 1) for k in kinds)
         points = 256 if budget is None else max(1, math.ceil(max(budget - len(plan), 0) / max(per_point, 1)) + 1)
     if box == "broad":
         plan.extend((op, dd) for op in broad_ops(points, seed, [k for k in kinds if k in BROAD_KINDS])

@@ -249,7 +249,7 @@ _HF_FEATURES = {
 def features(op: Op) -> tuple[float, ...]:
     """The paper's Table I feature vector of an operator."""
     if op.kind in UNFUSED_OF:
-        return features(dataclasses.replace(op, kind=UNFUSED_OF[op.kind]))
+        return features(eager_op(op))
     b, l, d, h, mp, v, f = op.b, op.l, op.d, op.h, op.mp, op.v, op.ffn
     k = op.kind
     if k is OpKind.EMBEDDING:
@@ -298,7 +298,7 @@ def forward_flops(op: Op) -> float:
     """Floating-point operations of the forward pass on one MP rank."""
     b, l, d, h, mp, v, f = op.b, op.l, op.d, op.h, op.mp, op.v, op.ffn
     if op.kind in UNFUSED_OF:
-        return forward_flops(dataclasses.replace(op, kind=UNFUSED_OF[op.kind]))
+        return forward_flops(eager_op(op))
     k = _BF16_OF.get(op.kind, op.kind)
     tokens = b * l
     if k is OpKind.LINEAR1:
@@ -369,7 +369,7 @@ def flops(op: Op, direction: Direction) -> float:
 def bytes_moved(op: Op, direction: Direction, elem_bytes: int = 2) -> float:
     """A lower bound on device-memory traffic (read inputs and weights, write outputs)."""
     if op.kind in UNFUSED_OF:
-        return bytes_moved(dataclasses.replace(op, kind=UNFUSED_OF[op.kind]), direction, elem_bytes)
+        return bytes_moved(eager_op(op), direction, elem_bytes)
     b, l, d, h, mp, v, f = op.b, op.l, op.d, op.h, op.mp, op.v, op.ffn
     k = op.kind
     tokens = b * l
@@ -435,6 +435,18 @@ FP8_OF = {bf16: fp8 for fp8, bf16 in _BF16_OF.items()}
 #: each eager kind that ``training.kernels: fused`` replaces, and its fused kind
 FUSED_OF = {OpKind.ROPE: OpKind.ROPE_FUSED, OpKind.SWIGLU: OpKind.SWIGLU_FUSED, OpKind.FP8_CAST: OpKind.FP8_CAST_FUSED}
 UNFUSED_OF = {fused: eager for eager, fused in FUSED_OF.items()}
+#: the FP8 cast kinds (eager and fused): sampled at several widths per point, benched without autograd
+FP8_CAST_KINDS = (OpKind.FP8_CAST, OpKind.FP8_CAST_FUSED)
+
+
+def fused_op(op: Op) -> Op:
+    """``op`` as its fused kind (``training.kernels: fused``) where it has one."""
+    return dataclasses.replace(op, kind=FUSED_OF[op.kind]) if op.kind in FUSED_OF else op
+
+
+def eager_op(op: Op) -> Op:
+    """``op`` as the eager kind it fuses (same shape, features, FLOPs and bytes) where it is fused."""
+    return dataclasses.replace(op, kind=UNFUSED_OF[op.kind]) if op.kind in UNFUSED_OF else op
 
 
 def _gemm_out(op: Op) -> float:

@@ -269,11 +269,17 @@ class TrainingSpec:
             raise ConfigError("training.recompute", "framework hf checkpoints whole layers (none or full)")
 
     @property
+    def resolved_kernels(self) -> Kernels:
+        """``kernels``, or its default: fused for framework megatron in bf16 / fp8, else eager."""
+        if self.kernels is not None:
+            return self.kernels
+        te_era = self.framework is Framework.MEGATRON and self.precision in (Precision.BF16, Precision.FP8)
+        return Kernels.FUSED if te_era else Kernels.EAGER
+
+    @property
     def fused_kernels(self) -> bool:
         """RoPE, SwiGLU and the FP8 cast as fused kernels (``kernels``, resolved)."""
-        if self.kernels is not None:
-            return self.kernels is Kernels.FUSED
-        return self.framework is Framework.MEGATRON and self.precision in (Precision.BF16, Precision.FP8)
+        return self.resolved_kernels is Kernels.FUSED
 
     @property
     def fsdp_sharded(self) -> bool:

@@ -10,10 +10,9 @@ is the topology's business.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
-from trainsim.operators.ops import FP8_OF, FUSED_OF, Direction, Op, OpKind, bytes_moved, flops
+from trainsim.operators.ops import FP8_OF, Direction, Op, OpKind, bytes_moved, flops, fused_op
 from trainsim.operators.partition import (
     StageRole,
     kv_heads_per_rank,
@@ -237,11 +236,6 @@ def fp8_cast_ops(model: ModelSpec, b: int, mp: int, cp: int, direction: Directio
     qkv = Op(OpKind.LINEAR1, d=d, h=model.heads, mp=mp, kv=model.kv if model.kv != model.heads else 0).qkv // mp
     widths = (d, d // mp, d, f // mp) if direction is Direction.FWD else (qkv, d, up, d)
     return [Op(OpKind.FP8_CAST, b=b, l=l, d=w) for w in widths]
-
-
-def fused_op(op: Op) -> Op:
-    """``op`` as its fused kind (``training.kernels: fused``) where it has one."""
-    return dataclasses.replace(op, kind=FUSED_OF[op.kind]) if op.kind in FUSED_OF else op
 
 
 def counted(ops: list[Op], times: int) -> list[OpCount]:

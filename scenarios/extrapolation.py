@@ -41,7 +41,17 @@ from typing import Any
 
 import numpy as np
 
-from trainsim.operators.ops import FEATURE_NAMES, UNFUSED_OF, Collective, CollKind, Direction, Op, OpKind, features
+from trainsim.operators.ops import (
+    FEATURE_NAMES,
+    UNFUSED_OF,
+    Collective,
+    CollKind,
+    Direction,
+    Op,
+    OpKind,
+    eager_op,
+    features,
+)
 from trainsim.operators.spec import TrainingSpec
 from trainsim.operators.stages import StagePlan
 from trainsim.sim.costs import IterationCosts, StageCost
@@ -166,7 +176,7 @@ def _op_use(op: Op, direction: Direction, regressors: Mapping[str, Any]) -> tupl
     """The regressor pricing ``op`` (SwiGLU without samples: the GeLU stand-in ``sim.costs`` uses)."""
     key = f"op:{op.kind.value}:{direction.value}"
     if key not in regressors and op.kind in UNFUSED_OF:  # a fused kind without samples: its eager kind
-        op = dataclasses.replace(op, kind=UNFUSED_OF[op.kind])
+        op = eager_op(op)
         key = f"op:{op.kind.value}:{direction.value}"
     if key not in regressors and op.kind is OpKind.SWIGLU:
         op = dataclasses.replace(op, kind=OpKind.GELU, f=3 * op.ffn // 2)

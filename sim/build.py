@@ -65,6 +65,7 @@ def step_costs(costs: IterationCosts, own_stage_times: bool, st: StageCost, chun
     """
     pp, v = costs.pp, chunks
     s = st.index
+    ring = 2 * (costs.mp_span[0] * costs.mp_span[1] - 1)  # an MP all-reduce's ring steps
     out: StepTable = {}
     for c in range(v):
         vs = c * pp + s  # virtual stage
@@ -80,7 +81,6 @@ def step_costs(costs: IterationCosts, own_stage_times: bool, st: StageCost, chun
             continue
         p2p_f = st.p2p_fwd_s if s < pp - 1 else (wrap_p2p if nxt is not None else 0.0)
         p2p_b = st.p2p_bwd_s if s > 0 else (wrap_p2p if prv is not None else 0.0)
-        ring = 2 * (costs.mp_span[0] * costs.mp_span[1] - 1)  # an MP all-reduce's ring steps
         out[StepKind.F, c] = StepCost(st.fwd_compute_s / v, 0.0, st.mp_fwd_s / v, p2p_f, nxt, prv is not None,
                                       st.host_fwd_extra_s / v, st.fsdp_fwd_s / v, st.cp_fwd_s / v,
                                       st.mp_fwd_count * ring / v)

@@ -17,7 +17,7 @@ import numpy as np
 
 from trainsim.operators import Collective, CollKind, Direction, DurationModel, Op, OpKind, StagePlan, TrainingSpec
 from trainsim.operators.errors import ConfigError, NoSamplesError
-from trainsim.operators.ops import UNFUSED_OF, hf_params
+from trainsim.operators.ops import UNFUSED_OF, eager_op, hf_params
 from trainsim.operators.spec import Parallelism
 from trainsim.operators.stages import DPBuckets, GradSegment
 from trainsim.topology import ClusterSpec, Placement, closed_form_seconds
@@ -464,7 +464,7 @@ def _fused_table(model: DurationModel, ops: Sequence[Op], direction: Direction,
     otherwise), or the eager kind alone, with a note, where the profile has no samples of the fused
     kind."""
     kind = ops[0].kind
-    eager = [dataclasses.replace(o, kind=UNFUSED_OF[kind]) for o in ops]
+    eager = [eager_op(o) for o in ops]
     slow = _op_table(model, eager, direction, notes)
     try:
         secs = np.asarray(model.op_seconds(list(ops), direction), dtype=float)

@@ -36,7 +36,7 @@ def render(pred) -> str:
     lines = [
         f"{sc.name}: {sc.model.name} on {sc.cluster.name}, {layout_text(sc)}, "
         f"b={tr.micro_batch}, m={m}, {tr.precision.value}, recompute {tr.recompute.value}, "
-        f"{'fused' if tr.fused_kernels else 'eager'} kernels",
+        f"{tr.resolved_kernels.value} kernels",
         f"profile: {pred.profile_name}",
         "",
         f"Eq. 7 iteration time            {fmt_s(e.iteration_s)}{pred.extrapolated.headline_note()}",
