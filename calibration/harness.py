@@ -147,7 +147,7 @@ def _body(op: Op, env: Env) -> tuple[Callable[[], dict], Callable[[dict], Any], 
     torch = env.torch
     F = torch.nn.functional
     k, b, l, d, h, mp, v, f = op.kind, op.b, op.l, op.d, op.h, op.mp, op.v, op.ffn
-    if k in UNFUSED_OF:
+    if k in UNFUSED_OF or k is OpKind.FUSED_SOFTMAX:
         from trainsim.calibration.harness_fused import fused_body
 
         return fused_body(op, env)
@@ -207,10 +207,9 @@ def _body(op: Op, env: Env) -> tuple[Callable[[], dict], Callable[[dict], Any], 
         return (lambda: {"q": r(b * hp, l, hd, grad=True), "k": r(b * hp, hd, l, grad=True)},
                 lambda t: torch.baddbmm(torch.empty(b * hp, l, l, dtype=dt, device=env.device),
                                         t["q"], t["k"], beta=0.0, alpha=hd ** -0.5), False)
-    if k is OpKind.FUSED_SOFTMAX:
-        mask = _causal_mask(env, l)
-        return (lambda: {"s": r(b * hp, l, l, grad=True)},
-                lambda t: torch.softmax((t["s"] * hd ** -0.5).masked_fill(mask, float("-inf")), dim=-1), False)
+    if k is OpKind.ATTN_DROPOUT:  # torch.nn.Dropout(0.1) on the probabilities, as Megatron's CoreAttention
+        return (lambda: {"p": r(b * hp, l, l, grad=True, scale=1.0 / l)},
+                lambda t: F.dropout(t["p"], p=0.1, training=True), False)
     if k is OpKind.FILLMASK:
         mask = _causal_mask(env, l)
         return (lambda: {"s": r(b, hp, l, l, grad=True)}, lambda t: t["s"].masked_fill(mask, -10000.0), False)

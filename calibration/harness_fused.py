@@ -9,6 +9,12 @@ mathematics allows one, more where it needs a global reduction first (the FP8 ca
 current scaling does). That is a stand-in, not TE itself; docs/published.md says so and by how much
 the two kinds differ.
 
+``fused_softmax`` is Megatron's own fused kernel (``scaled_upper_triang_masked_softmax``, in every
+Megatron since 2019, the kind the reference samples measured): scale, causal mask and softmax in
+one pass, the mask computed from the indices. Its apex/Megatron extension is not on the lent
+machines either, so it is compiled here the same way (the PyTorch sequence it replaces, three
+kernels and a mask tensor, ran 3.6-7.3 times slower than the measured A100 and GH200 kernels).
+
 Every function compiled here takes all its tensors as arguments (no captured tensor) and Dynamo's
 recompile limit is raised, so that a new shape never falls back to eager silently. Each shape is
 compiled for itself (static shapes), as a hand-written kernel is specialised: a dynamic-shape RoPE
@@ -28,7 +34,7 @@ _COMPILED: dict[str, Callable[..., Any]] = {}
 RECOMPILE_LIMIT = 4096
 
 
-def _compiled(env: Any, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _compiled(env: Any, name: str, fn: Callable[..., Any], options: dict[str, Any] | None = None) -> Callable[..., Any]:
     if name not in _COMPILED:
         torch = env.torch
         cfg = torch._dynamo.config
@@ -39,7 +45,7 @@ def _compiled(env: Any, name: str, fn: Callable[..., Any]) -> Callable[..., Any]
         # the backward bench replays one graph (retain_graph): no buffer may be donated
         if hasattr(torch._functorch.config, "donated_buffer"):
             torch._functorch.config.donated_buffer = False
-        _COMPILED[name] = torch.compile(fn, dynamic=False, fullgraph=True)
+        _COMPILED[name] = torch.compile(fn, dynamic=False, fullgraph=True, options=options)
         env.notes.setdefault("fused", f"torch.compile (Inductor) {torch.__version__}, static shapes "
                                       "(one compile per shape)")
     return _COMPILED[name]
@@ -61,6 +67,14 @@ def _swiglu(x: Any) -> Any:
     return F.silu(gate) * up
 
 
+def _masked_softmax(s: Any, scale: float) -> Any:
+    import torch
+
+    rows = torch.arange(s.shape[-2], device=s.device)[:, None]
+    cols = torch.arange(s.shape[-1], device=s.device)[None, :]
+    return torch.softmax((s * scale).masked_fill(cols > rows, float("-inf")), dim=-1)
+
+
 def fused_body(op: Op, env: Any) -> tuple[Callable[[], dict], Callable[[dict], Any], bool]:
     """(make one input set, forward, runs under autocast) of an autograd fused kind, as
     :func:`trainsim.calibration.harness._body` returns for the eager kinds (same shapes)."""
@@ -80,6 +94,13 @@ def fused_body(op: Op, env: Any) -> tuple[Callable[[], dict], Callable[[dict], A
     if k is OpKind.SWIGLU_FUSED:
         fn = _compiled(env, "swiglu", _swiglu)
         return lambda: {"x": r(b * l, 2 * (f // mp), grad=True)}, lambda t: fn(t["x"]), False
+    if k is OpKind.FUSED_SOFTMAX:  # [b*h/mp, l, l] attention scores, as the reference harness shapes them
+        # Inductor keeps a row in registers (a persistent reduction, as Megatron's kernel does for rows
+        # up to 16384) only up to 1,024 columns by default and loops over longer rows, re-reading
+        # them (0.8-1.5 TB/s on an H100 against 2.9 at 1,024: validation/fused_kernels_h100/softmax);
+        # multi_kernel compiles both and keeps the faster one, measured at the first call
+        fn = _compiled(env, "masked_softmax", _masked_softmax, options={"triton.multi_kernel": 1})
+        return lambda: {"s": r(b * hp, l, l, grad=True)}, lambda t: fn(t["s"], hd ** -0.5), False
     raise AssertionError(k)
 
 

@@ -39,7 +39,7 @@ from trainsim.operators.stages import build_stage_plans
 FP8_KINDS = (OpKind.FP8_LINEAR1, OpKind.FP8_LINEAR2, OpKind.FP8_LINEAR3, OpKind.FP8_LINEAR4, OpKind.FP8_CAST)
 FUSED_KINDS = tuple(FUSED_OF.values())
 #: kinds measured only when --ops names them (not in the default plan, nor in all / megatron)
-OPT_IN_KINDS = (OpKind.SWIGLU, *FP8_KINDS, *FUSED_KINDS)
+OPT_IN_KINDS = (OpKind.SWIGLU, OpKind.ATTN_DROPOUT, *FP8_KINDS, *FUSED_KINDS)
 HF_KINDS = tuple(k for k in OpKind if k.value.startswith("hf_"))
 MEGATRON_KINDS = tuple(k for k in OpKind if k not in HF_KINDS and k not in OPT_IN_KINDS)
 DEFAULT_KINDS = tuple(k for k in OpKind if k not in OPT_IN_KINDS)
@@ -96,7 +96,7 @@ def peak_bytes(op: Op) -> float:
         return 20.0 * (op.layers * 12 * d * d / mp + 2 * vv * d / mp)
     scores = b * max(h // mp, 1) * l * l
     tokens = b * l
-    if k in (OpKind.BADDBMM, OpKind.BMM, OpKind.SOFTMAX, OpKind.FILLMASK, OpKind.FUSED_SOFTMAX):
+    if k in (OpKind.BADDBMM, OpKind.BMM, OpKind.SOFTMAX, OpKind.FILLMASK, OpKind.FUSED_SOFTMAX, OpKind.ATTN_DROPOUT):
         return 2.0 * 8 * scores
     if k in (OpKind.LINEAR_FINAL, OpKind.CROSS_ENTROPY):
         return 16.0 * tokens * v / mp + 6.0 * d * v / mp
@@ -185,7 +185,8 @@ def sobol_points(n: int, seed: int) -> list[tuple[int, int, int, int, int, int]]
 BROAD_B = (1, 2, 4, 8, 16, 32, 64)
 BROAD_KINDS = tuple(k for k in (*MEGATRON_KINDS, *OPT_IN_KINDS)
                     # the unfused attention kinds hold b*h*l*l scores: flash attention at long sequences
-                    if k not in (OpKind.BADDBMM, OpKind.BMM, OpKind.SOFTMAX, OpKind.FUSED_SOFTMAX, OpKind.FILLMASK))
+                    if k not in (OpKind.BADDBMM, OpKind.BMM, OpKind.SOFTMAX, OpKind.FUSED_SOFTMAX, OpKind.FILLMASK,
+                                 OpKind.ATTN_DROPOUT))
 BROAD_MAX_FLOPS = 4e14  # per timed call (about 0.5 ms at the H100's dense bf16 peak): 20 calls a sample
 
 

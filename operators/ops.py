@@ -28,6 +28,9 @@ class OpKind(str, Enum):
     FILLMASK = "fillmask"
     SOFTMAX = "softmax"
     FUSED_SOFTMAX = "fused_softmax"  # scaled upper-triangular masked softmax
+    # dropout on the attention probabilities (Megatron's CoreAttention outside flash attention): one
+    # kernel reading the b*h/mp*l*l scores and writing them with their 1-byte keep-mask
+    ATTN_DROPOUT = "attn_dropout"
     BMM = "bmm"  # .V
     FLASH_ATTN = "flash_attn"
     LINEAR2 = "linear2"  # attention output
@@ -107,6 +110,7 @@ FEATURE_NAMES: dict[OpKind, tuple[str, ...]] = {
     OpKind.FILLMASK: ("b", "h/mp", "l", "d"),
     OpKind.SOFTMAX: ("b", "h/mp", "l", "l"),
     OpKind.FUSED_SOFTMAX: ("b*h/mp", "l", "l"),
+    OpKind.ATTN_DROPOUT: ("b*h/mp", "l", "l"),
     OpKind.BMM: ("b*h/mp", "l", "l", "d/h"),
     OpKind.FLASH_ATTN: ("b", "l", "h/mp", "d/h"),
     OpKind.LINEAR2: ("b*l", "d/mp", "d"),
@@ -267,7 +271,7 @@ def features(op: Op) -> tuple[float, ...]:
         return (b, h / mp, l, d)
     if k is OpKind.SOFTMAX:
         return (b, h / mp, l, l)
-    if k is OpKind.FUSED_SOFTMAX:
+    if k in (OpKind.FUSED_SOFTMAX, OpKind.ATTN_DROPOUT):
         return (b * h / mp, l, l)
     if k is OpKind.BMM:
         return (b * h / mp, l, l, d / h)
@@ -317,6 +321,8 @@ def forward_flops(op: Op) -> float:
         return 2.0 * 2.0 * b * (h / mp) * l * l * (d / h) / 2.0
     if k in (OpKind.SOFTMAX, OpKind.FUSED_SOFTMAX, OpKind.FILLMASK):
         return 5.0 * b * (h / mp) * l * l
+    if k is OpKind.ATTN_DROPOUT:  # a draw, a compare and a scale per score
+        return 3.0 * b * (h / mp) * l * l
     if k in (OpKind.LAYERNORM, OpKind.RMSNORM):
         return 8.0 * tokens * d
     if k is OpKind.RES_ADD:
@@ -395,6 +401,8 @@ def bytes_moved(op: Op, direction: Direction, elem_bytes: int = 2) -> float:
         n = 4 * tokens * d / mp
     elif k in (OpKind.SOFTMAX, OpKind.FUSED_SOFTMAX, OpKind.FILLMASK):
         n = 2 * b * h / mp * l * l
+    elif k is OpKind.ATTN_DROPOUT:  # scores in and out, the 1-byte mask written (read back in backward)
+        n = 2.5 * b * h / mp * l * l
     elif k in (OpKind.LAYERNORM, OpKind.RMSNORM):
         n = 2 * tokens * d
     elif k is OpKind.ROPE:  # q and k of one rank's h/mp heads, each read and written

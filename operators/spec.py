@@ -150,6 +150,11 @@ class ModelSpec:
     position: Position | None = None
     bias: bool = True  # linear layers carry biases (GPT-NeoX, GPT-3); LLaMA-family models have none
     dropout: bool = True  # attention and hidden dropout (their masks are kept); LLaMA-family models have none
+    # the attention-probability dropout as a kernel of its own (Megatron's CoreAttention, whose
+    # --attention-dropout defaults to 0.1, outside flash attention, which drops inside its kernel).
+    # Off unless set: the paper's GPT-NeoX configurations (attention-dropout 0) and the LLaMA family
+    # train without it, and the reference samples have no such operator.
+    attention_dropout: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -161,7 +166,7 @@ class ModelSpec:
         _bounded("model.fwd_mp_syncs", self.fwd_mp_syncs, MAX_SYNCS, minimum=0)
         _bounded("model.bwd_mp_syncs", self.bwd_mp_syncs, MAX_SYNCS, minimum=0)
         _bounded("model.kv_heads", self.kv_heads, MAX_WIDTH, minimum=0)
-        for key in ("rotary", "tied_embeddings", "bias", "dropout"):
+        for key in ("rotary", "tied_embeddings", "bias", "dropout", "attention_dropout"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"model.{key}", f"must be true or false, got {show(getattr(self, key))}")
         if self.hidden % self.heads:
@@ -171,6 +176,8 @@ class ModelSpec:
                                                 "(each key/value head serves an equal group of query heads)")
         object.__setattr__(self, "norm", parse_enum(Norm, "model.norm", self.norm))
         object.__setattr__(self, "attention", parse_enum(Attention, "model.attention", self.attention))
+        if self.attention_dropout and not self.dropout:
+            raise ConfigError("model.attention_dropout", "contradicts model.dropout: false (no dropout masks)")
         object.__setattr__(self, "mlp", parse_enum(Mlp, "model.mlp", self.mlp))
         if self.position is None:
             object.__setattr__(self, "position", Position.ROPE if self.rotary else Position.NONE)

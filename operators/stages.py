@@ -221,9 +221,10 @@ def attention_core_ops(model: ModelSpec, b: int, mp: int, cp: int = 1) -> list[O
 
     if model.attention is Attention.FLASH:
         return [op(OpKind.FLASH_ATTN)] * cp
+    drop = [op(OpKind.ATTN_DROPOUT)] if model.attention_dropout else []
     if model.attention is Attention.FUSED_SOFTMAX:
-        return [op(OpKind.BADDBMM), op(OpKind.FUSED_SOFTMAX), op(OpKind.BMM)]
-    return [op(OpKind.BADDBMM), op(OpKind.FILLMASK), op(OpKind.SOFTMAX), op(OpKind.BMM)]
+        return [op(OpKind.BADDBMM), op(OpKind.FUSED_SOFTMAX), *drop, op(OpKind.BMM)]
+    return [op(OpKind.BADDBMM), op(OpKind.FILLMASK), op(OpKind.SOFTMAX), *drop, op(OpKind.BMM)]
 
 
 def fp8_cast_ops(model: ModelSpec, b: int, mp: int, cp: int, direction: Direction) -> list[Op]:

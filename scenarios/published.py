@@ -1,9 +1,11 @@
 """Predicted against published training throughput (``trainsim validate --published CSV``).
 
 Each row of the table is one published pre-training benchmark (NVIDIA's NeMo and Megatron-Bridge
-performance tables on DGX H100: model, GPUs, precision, global and micro-batch, sequence, TP, PP,
-CP, virtual stages, FSDP, and the tokens per second per GPU they report; the ``source`` column
-names the document and its commit). The row becomes the scenario the published recipe runs:
+performance tables on DGX H100, Megatron-LM's SC21 weak-scaling table on DGX A100: model, GPUs,
+precision, global and micro-batch, sequence, TP, PP, CP, virtual stages, FSDP, and the throughput
+they report, as tokens per second per GPU or as the paper's teraFLOP/s per GPU; the ``source``
+column names the document and its commit). The row becomes the scenario the published recipe
+runs. Recipe ``megatron-core`` (the default; NeMo and Megatron-Bridge):
 
 * framework megatron (Megatron-Core), the row's kernels (``fused``: Transformer Engine's);
 * tensor parallelism with sequence parallelism and its communication overlapped with the GEMMs
@@ -14,7 +16,14 @@ names the document and its commit). The row becomes the scenario the published r
 * Megatron's layer split, or the balanced (``deepspeed``) one where the row's ``split`` says so
   (Llama 3.1 405B's 126 layers over 8 stages: Megatron-Core counts the embedding and the loss as
   layers, which the interleaved schedule here cannot express);
-* the cluster preset of the ``system`` column and its GPU's shipped profile.
+* the cluster preset of the ``system`` column and its GPU's shipped profile (``--set`` may name
+  another, e.g. ``profile.name=reference:Perlmutter``).
+
+Recipe ``megatron-lm-2021`` (Narayanan et al. 2021, the ``sc21`` scripts): the precision of the row
+(fp16) with full activation recomputation, no sequence parallelism, no distributed optimizer (ZeRO
+stage 0), the model's unfused attention core; the ``ddp`` column says how gradients are reduced:
+``torch`` is PyTorch DDP (25 MB buckets overlapped with the backward), ``local`` Megatron's
+LocalDDP (one all-reduce of the flat buffer after the last backward).
 
 The prediction is simulated (realistic mode, seed 0); its throughput is global batch x sequence /
 iteration time / GPUs; the error is predicted / published - 1.
@@ -26,17 +35,27 @@ import csv
 import os
 import statistics
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from trainsim.operators.errors import ConfigError
 
 COLUMNS = ("id", "source", "system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp", "cp",
-           "vp", "fsdp", "split", "kernels", "tokens_per_s_per_gpu")
+           "vp", "fsdp", "split", "kernels")
+#: the published throughput: exactly one of these columns
+METRICS = ("tokens_per_s_per_gpu", "tflops_per_gpu")
 INTS = ("gpus", "gbs", "mbs", "seq_len", "tp", "pp", "cp", "vp", "fsdp")
-#: system column -> (cluster preset, shipped profile)
-SYSTEMS = {"dgx-h100": ("dgx-h100", "h100-sxm-bf16"), "dgx-h200": ("dgx-h200", "h200-sxm-bf16")}
+RECIPES = ("megatron-core", "megatron-lm-2021")
+DDP_IMPLS = ("torch", "local")
+#: PyTorch DDP's default bucket_cap_mb (25 MiB) in fp16 gradient entries
+TORCH_DDP_BUCKET_ENTRIES = 25 * 2**20 // 2
+#: one bucket holding every gradient (Megatron's LocalDDP: one flat buffer)
+ONE_BUCKET_ENTRIES = 2**40
+#: system column -> (cluster preset, profile a user of that system would pick: the shipped one of
+#: its GPU; the A100 has none shipped, so the datasheet transfer of the H100 efficiencies)
+SYSTEMS = {"dgx-h100": ("dgx-h100", "h100-sxm-bf16"), "dgx-h200": ("dgx-h200", "h200-sxm-bf16"),
+           "dgx-a100": ("dgx-a100", "transfer:a100-sxm4-80gb")}
 #: models the tables name that have no preset: a preset's architecture with these shapes
 #: (NeMo's GPT-3 5B / 20B configs; Llama 2 13B's Hugging Face card)
 DERIVED_MODELS: dict[str, dict[str, Any]] = {
@@ -45,6 +64,23 @@ DERIVED_MODELS: dict[str, dict[str, Any]] = {
     "llama2-13b": {"preset": "llama2-7b", "hidden": 5120, "heads": 40, "kv_heads": 40, "layers": 40,
                    "ffn_hidden": 13824},
 }
+#: Megatron-LM's SC21 weak-scaling GPTs (run_table_1.sh): hidden, heads, layers; vocabulary 51,200,
+#: MLP 4h, learned positions, the unfused attention core of 2021 (no flash attention yet) with
+#: Megatron's default dropout (--attention-dropout and --hidden-dropout 0.1, which the scripts keep)
+for _name, (_h, _a, _l) in {"1.7b": (2304, 24, 24), "3.6b": (3072, 32, 30), "7.5b": (4096, 32, 36),
+                            "18b": (6144, 48, 40), "39b": (8192, 64, 48), "76b": (10240, 80, 60),
+                            "145b": (12288, 96, 80), "310b": (16384, 128, 96), "530b": (20480, 128, 105),
+                            "1t": (25600, 160, 128)}.items():
+    DERIVED_MODELS[f"megatron-{_name}"] = {"preset": "gpt3-175b", "hidden": _h, "heads": _a, "layers": _l,
+                                           "ffn_hidden": 4 * _h, "vocab": 51200, "attention": "fused_softmax",
+                                           "attention_dropout": True}
+
+
+def sc21_flops_per_token(model: dict[str, Any], seq_len: int) -> float:
+    """FLOPs per token as Narayanan et al. 2021 count them (their appendix, full recomputation
+    included): 96 l h^2 (1 + s/(6h) + V/(16 l h)), the iteration's 96 B s l h^2 (...) over B s tokens."""
+    h, layers, vocab = model["hidden"], model["layers"], model["vocab"]
+    return 96.0 * layers * h * h * (1 + seq_len / (6 * h) + vocab / (16 * layers * h))
 
 
 def read_published(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -57,9 +93,13 @@ def read_published(path: str | os.PathLike) -> list[dict[str, Any]]:
     with fh:
         try:
             reader = csv.DictReader(row for row in fh if not row.startswith("#"))
-            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            fields = reader.fieldnames or []
+            missing = [c for c in COLUMNS if c not in fields]
             if missing:
                 raise ConfigError(f"{p}:1", f"missing columns: {', '.join(missing)}")
+            metrics = [c for c in METRICS if c in fields]
+            if len(metrics) != 1:
+                raise ConfigError(f"{p}:1", f"needs exactly one throughput column of {', '.join(METRICS)}")
             raw = list(reader)
         except (csv.Error, UnicodeDecodeError) as e:
             raise ConfigError(str(p), f"not a CSV table: {e}") from None
@@ -71,24 +111,38 @@ def read_published(path: str | os.PathLike) -> list[dict[str, Any]]:
         try:
             for c in INTS:
                 row[c] = int(r[c])
-            row["tokens_per_s_per_gpu"] = float(r["tokens_per_s_per_gpu"])
+            published = float(r[metrics[0]])
         except (TypeError, ValueError):
             raise ConfigError(f"{p}, row {r.get('id') or i}",
                               "gpus, gbs, mbs, seq_len, tp, pp, cp, vp and fsdp must be integers, "
-                              "tokens_per_s_per_gpu a number") from None
+                              f"{metrics[0]} a number") from None
+        where = f"{p}, row {row['id']}"
         if row["system"] not in SYSTEMS:
-            raise ConfigError(f"{p}, row {row['id']}", f"unknown system {row['system']!r}; known: "
-                                                       f"{', '.join(SYSTEMS)}")
-        if min(row[c] for c in INTS if c != "fsdp") < 1 or row["tokens_per_s_per_gpu"] <= 0:
-            raise ConfigError(f"{p}, row {row['id']}", "sizes and the throughput must be positive")
+            raise ConfigError(where, f"unknown system {row['system']!r}; known: {', '.join(SYSTEMS)}")
+        row["recipe"] = r.get("recipe") or RECIPES[0]
+        if row["recipe"] not in RECIPES:
+            raise ConfigError(where, f"unknown recipe {row['recipe']!r}; known: {', '.join(RECIPES)}")
+        row["ddp"] = r.get("ddp") or ""
+        if row["recipe"] == "megatron-lm-2021" and row["ddp"] not in DDP_IMPLS:
+            raise ConfigError(where, f"recipe megatron-lm-2021 needs ddp {' or '.join(DDP_IMPLS)}, got "
+                                     f"{row['ddp']!r}")
+        if min(row[c] for c in INTS if c != "fsdp") < 1 or not published > 0:
+            raise ConfigError(where, "sizes and the throughput must be positive")
+        row["published_metric"], row["published_value"] = metrics[0], published
+        if metrics[0] == "tflops_per_gpu":
+            model = DERIVED_MODELS.get(row["model"])
+            if row["recipe"] != "megatron-lm-2021" or model is None or "vocab" not in model:
+                raise ConfigError(where, "tflops_per_gpu is Narayanan et al.'s count (full recomputation, "
+                                         "a GPT of known shape): recipe megatron-lm-2021 with a megatron-* model")
+            published = published * 1e12 / sc21_flops_per_token(model, row["seq_len"])
+        row["tokens_per_s_per_gpu"] = published
         shards = row["tp"] * row["pp"] * row["cp"]
         if row["gpus"] % shards:
-            raise ConfigError(f"{p}, row {row['id']}", f"{row['gpus']} GPUs are not a multiple of TP x PP x CP = "
-                                                       f"{shards}")
+            raise ConfigError(where, f"{row['gpus']} GPUs are not a multiple of TP x PP x CP = {shards}")
         dp = row["gpus"] // shards
         if row["gbs"] % (row["mbs"] * dp):
-            raise ConfigError(f"{p}, row {row['id']}", f"global batch {row['gbs']} is not a multiple of micro-batch "
-                                                       f"x dp = {row['mbs'] * dp}")
+            raise ConfigError(where, f"global batch {row['gbs']} is not a multiple of micro-batch x dp = "
+                                     f"{row['mbs'] * dp}")
         rows.append(row)
     return rows
 
@@ -101,15 +155,22 @@ def scenario_mapping(row: dict[str, Any]) -> dict[str, Any]:
     model = dict(DERIVED_MODELS.get(row["model"], {"preset": row["model"]}))
     model["seq_len"] = row["seq_len"]
     fsdp = row["fsdp"] > 0
+    training: dict[str, Any] = {"micro_batch": row["mbs"], "micro_batches": row["gbs"] // (row["mbs"] * dp),
+                                "precision": row["precision"], "kernels": row["kernels"]}
+    modern = row.get("recipe", RECIPES[0]) == "megatron-core"
+    if modern:
+        training.update({"recompute": "none", "distributed_optimizer": not fsdp, "fsdp": fsdp,
+                         "overlap_grad_reduce": True, "overlap_param_gather": not fsdp, "dp_bucket": 40_000_000})
+    else:
+        torch_ddp = row["ddp"] == "torch"
+        training.update({"recompute": "full", "zero_stage": 0, "overlap_grad_reduce": torch_ddp,
+                         "dp_bucket": TORCH_DDP_BUCKET_ENTRIES if torch_ddp else ONE_BUCKET_ENTRIES})
     return {
         "name": row["id"], "description": f"{row['id']} ({row['source']})",
         "model": model,
-        "training": {"micro_batch": row["mbs"], "micro_batches": row["gbs"] // (row["mbs"] * dp),
-                     "precision": row["precision"], "recompute": "none", "kernels": row["kernels"],
-                     "distributed_optimizer": not fsdp, "fsdp": fsdp, "overlap_grad_reduce": True,
-                     "overlap_param_gather": not fsdp, "dp_bucket": 40_000_000},
-        "parallelism": {"pp": pp, "mp": tp, "dp": dp, "cp": cp, "sequence_parallel": tp > 1,
-                        "tp_comm_overlap": tp > 1, "split": row["split"],
+        "training": training,
+        "parallelism": {"pp": pp, "mp": tp, "dp": dp, "cp": cp, "sequence_parallel": modern and tp > 1,
+                        "tp_comm_overlap": modern and tp > 1, "split": row["split"],
                         "schedule": "interleaved-1f1b" if vp > 1 else "1f1b", "virtual_stages": vp},
         "cluster": {"preset": cluster},
         "profile": {"name": profile},
@@ -118,15 +179,17 @@ def scenario_mapping(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def predict_rows(rows: list[dict[str, Any]], cache_dir: str | None = None,
-                 progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
-    """Each row simulated: predicted against published tokens per second per GPU."""
+                 progress: Callable[[int], None] | None = None,
+                 overrides: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Each row simulated (``overrides``: ``--set`` items for every row): predicted against published
+    tokens per second per GPU."""
     from trainsim.scenarios.compose import predict, simulate_prediction
-    from trainsim.scenarios.schema import scenario_from_mapping
+    from trainsim.scenarios.schema import apply_overrides, scenario_from_mapping
 
     out = []
     for row in rows:
         try:
-            sc = scenario_from_mapping(scenario_mapping(row), name=row["id"])
+            sc = scenario_from_mapping(apply_overrides(scenario_mapping(row), overrides), name=row["id"])
         except ConfigError as e:  # a cell the scenario refuses (split, kernels, model, ...): name the row
             raise ConfigError(f"row {row['id']}, {e.field}", e.message) from None
         with warnings.catch_warnings():

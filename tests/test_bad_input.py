@@ -66,6 +66,15 @@ INPUTS: dict[str, bytes] = {
     "published_cell.csv": (b"id,source,system,model,gpus,precision,gbs,mbs,seq_len,tp,pp,cp,vp,fsdp,split,kernels,"
                            b"tokens_per_s_per_gpu\nr1,x,dgx-h100,llama3-8b,eight,fp8,128,1,8192,1,1,1,1,0,megatron,"
                            b"fused,1000\n"),
+    "published_recipe.csv": (b"id,source,system,model,gpus,precision,gbs,mbs,seq_len,tp,pp,cp,vp,fsdp,split,kernels,"
+                             b"recipe,tokens_per_s_per_gpu\nr1,x,dgx-a100,gpt3-175b,8,fp16,8,1,2048,8,1,1,1,0,megatron,"
+                             b"eager,megatron-2019,10\n"),
+    "published_tflops.csv": (b"id,source,system,model,gpus,precision,gbs,mbs,seq_len,tp,pp,cp,vp,fsdp,split,kernels,"
+                             b"recipe,ddp,tflops_per_gpu\nr1,x,dgx-a100,gpt3-175b,8,fp16,8,1,2048,8,1,1,1,0,megatron,"
+                             b"eager,megatron-lm-2021,local,140\n"),
+    "published_two_metrics.csv": (b"id,source,system,model,gpus,precision,gbs,mbs,seq_len,tp,pp,cp,vp,fsdp,split,"
+                                  b"kernels,tokens_per_s_per_gpu,tflops_per_gpu\nr1,x,dgx-a100,gpt3-175b,8,fp16,8,1,"
+                                  b"2048,8,1,1,1,0,megatron,eager,10,140\n"),
     "afile": b"not a folder\n",
 }
 
@@ -216,6 +225,12 @@ CASES: list[Case] = [
     ("validate-published-split", lambda i, o: ["validate", "--published", str(i / "published_split.csv")],
      "row r1, parallelism.split"),
     ("validate-published-missing", lambda i, o: ["validate", "--published", str(i / "nowhere.csv")], "--published"),
+    ("validate-published-recipe", lambda i, o: ["validate", "--published", str(i / "published_recipe.csv")],
+     "unknown recipe 'megatron-2019'"),
+    ("validate-published-tflops", lambda i, o: ["validate", "--published", str(i / "published_tflops.csv")],
+     "megatron-* model"),
+    ("validate-published-two-metrics", lambda i, o: ["validate", "--published",
+                                                     str(i / "published_two_metrics.csv")], "exactly one throughput"),
     ("kernels-word", _set("training.kernels=jit"), "training.kernels"),
     ("kernels-hf-fused", _set("training.framework=hf", "training.kernels=fused", "model.preset=gpt-20b"),
      "training.kernels"),

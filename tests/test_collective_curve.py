@@ -245,7 +245,8 @@ def test_shipped_h200_profile_is_the_measured_tables_unchanged():
     # the operators: the H200 batch's two halves (validation/device/h200_or_machine.sh), the
     # tensor-parallel HF samples and the fused kinds compiled per shape
     # (validation/device/fused_kernels.sh rope, static, rope_more), concatenated, without the cast-only
-    # fp8_cast_fused rows; then the cast with its transposed copy (cast_transpose)
+    # fp8_cast_fused rows and without the eager fused_softmax rows; then the cast with its transposed
+    # copy (cast_transpose), then Megatron's one-kernel fused_softmax (softmax) and the attention dropout
     halves = [REPO / "validation" / "broad_h200" / h / "compute.csv" for h in ("a", "b", "c")]
     halves += [REPO / "validation" / "fused_kernels_h200" / "static" / d / "compute.csv" for d in (
         "rope_published", "rope_paper", "rope_broad", "static_published", "static_paper", "static_broad",
@@ -253,17 +254,21 @@ def test_shipped_h200_profile_is_the_measured_tables_unchanged():
     body = halves[0].read_bytes() + b"".join(h.read_bytes().split(b"\n", 1)[1] for h in halves[1:])
     cast_transpose = [REPO / "validation" / "fused_kernels_h200" / "cast_transpose" / d / "compute.csv"
                       for d in ("ct_published", "ct_paper", "ct_broad")]
+    softmax = REPO / "validation" / "fused_kernels_h200" / "softmax" / "softmax_mk" / "compute.csv"
+    dropout = [REPO / "validation" / "fused_kernels_h200" / "attn_dropout" / d / "compute.csv"
+               for d in ("attn_dropout_paper", "attn_dropout_more")]
+    replaced = (b"fp8_cast_fused,", b"fused_softmax,")
     assert (SHIPPED / "compute.csv").read_bytes() == b"".join(
-        line for line in body.splitlines(keepends=True) if not line.startswith(b"fp8_cast_fused,")) + b"".join(
-        h.read_bytes().split(b"\n", 1)[1] for h in cast_transpose)
+        line for line in body.splitlines(keepends=True) if not line.startswith(replaced)) + b"".join(
+        h.read_bytes().split(b"\n", 1)[1] for h in (*cast_transpose, softmax, *dropout))
     assert (SHIPPED / "launch.json").read_bytes() == \
         (REPO / "validation" / "broad_h200" / "a" / "launch_first_call.json").read_bytes()
     meta = json.loads((SHIPPED / "meta.json").read_text())
     assert (meta["gpu"], meta["nccl"], meta["torch"], meta["driver"]) == \
         ("NVIDIA H200", "2.28.9", "2.11.0+cu130", "580.159.04")
     assert "compute_transfer_from" not in meta and meta["samples"] == sum(
-        1 for h in halves for line in open(h) if not line.startswith("fp8_cast_fused,")) - len(halves) + sum(
-        1 for h in cast_transpose for _ in open(h)) - len(cast_transpose)
+        1 for h in halves for line in open(h) if not line.startswith(("fp8_cast_fused,", "fused_softmax,"))
+    ) - len(halves) + sum(1 for h in (*cast_transpose, softmax, *dropout) for _ in open(h)) - len(cast_transpose) - 3
     # what was not measured on the H200 is borrowed from the H100's host, and the meta says so
     assert meta["host_overhead_from"] == meta["interference_from"] == "h100-sxm-bf16"
     assert "not_measured_on_h200" in meta

@@ -196,7 +196,8 @@ def run_published(args: argparse.Namespace) -> int:
 
     rows = published.read_published(args.published)  # a bad table fails before any work
     with Progress("validate", len(rows), unit="runs", quiet=args.quiet) as bar:
-        table = published.predict_rows(rows, cache_dir=args.cache_dir, progress=bar.update)
+        table = published.predict_rows(rows, cache_dir=args.cache_dir, progress=bar.update,
+                                       overrides=args.overrides)
     return _report(args, {"summary": published.summary(table), "runs": table}, published.render, table)
 
 

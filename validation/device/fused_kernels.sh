@@ -7,7 +7,10 @@
 # repository root with $OUT set; resumable. No install: torch comes with the machine. Multicast off.
 # `rope` and `static` re-measure the fused kinds compiled per shape (static shapes;
 # calibration/harness_fused.py says why): what the shipped profiles hold.
-# Usage: bash validation/device/fused_kernels.sh [first|more|all|rope|rope_more|static|cast_transpose]   (default first)
+# `softmax` measures fused_softmax as Megatron's one fused kernel (compiled; calibration/harness_fused.py)
+# over the paper box, which replaced the eager three-kernel samples in the shipped profiles;
+# `attn_dropout` the attention-probability dropout kernel (model.attention_dropout) over the same box.
+# Usage: bash validation/device/fused_kernels.sh [first|more|all|rope|rope_more|static|cast_transpose|softmax|attn_dropout|attn_dropout_more]   (default first)
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=. PYTHONUNBUFFERED=1
 R=${OUT:-out}; W=${WORK:-/tmp/fused_kernels}
@@ -39,6 +42,18 @@ if [ "$PART" = cast_transpose ]; then  # fp8_cast_fused as TE runs it on Hopper:
   cal ct_published 120 --configs validation/configs_published.csv --budget 29 --ops fp8_cast_fused --seed 3 --gpu-time
   cal ct_paper 170 --box paper --points 16 --ops fp8_cast_fused --seed 41 --gpu-time
   cal ct_broad 150 --box broad --points 12 --ops fp8_cast_fused --seed 42 --gpu-time
+  PART=none
+fi
+if [ "$PART" = softmax ]; then
+  cal softmax_mk "${SOFTMAX_SECS:-520}" --box paper --points 160 --ops fused_softmax --seed 51 --gpu-time
+  PART=none
+fi
+if [ "$PART" = attn_dropout ]; then  # Megatron's attention-probability dropout (torch dropout, eager)
+  cal attn_dropout_paper "${DROPOUT_SECS:-150}" --box paper --points 160 --ops attn_dropout --seed 52 --gpu-time
+  PART=none
+fi
+if [ "$PART" = attn_dropout_more ]; then  # 160 points left its forward at 21-23 % validation error
+  cal attn_dropout_more "${DROPOUT_SECS:-150}" --box paper --points 480 --ops attn_dropout --seed 53 --gpu-time
   PART=none
 fi
 if [ "$PART" = static ]; then
