@@ -1,11 +1,11 @@
 """Predicted against published training throughput (``trainsim validate --published CSV``).
 
 Each row of the table is one published pre-training benchmark (NVIDIA's NeMo and Megatron-Bridge
-performance tables on DGX H100, Megatron-LM's SC21 weak-scaling table on DGX A100: model, GPUs,
-precision, global and micro-batch, sequence, TP, PP, CP, virtual stages, FSDP, and the throughput
-they report, as tokens per second per GPU or as the paper's teraFLOP/s per GPU; the ``source``
-column names the document and its commit). The row becomes the scenario the published recipe
-runs. Recipe ``megatron-core`` (the default; NeMo and Megatron-Bridge):
+performance tables on DGX H100, Megatron-LM's SC21 weak-scaling table and BLOOM's training log on
+A100s: model, GPUs, precision, global and micro-batch, sequence, TP, PP, CP, virtual stages, FSDP,
+and the throughput they report, as tokens per second per GPU or as the paper's teraFLOP/s per GPU,
+one of the two per row; the ``source`` column names the document and its commit). The row becomes
+the scenario the published recipe runs. Recipe ``megatron-core`` (the default; NeMo and Megatron-Bridge):
 
 * framework megatron (Megatron-Core), the row's kernels (``fused``: Transformer Engine's);
 * tensor parallelism with sequence parallelism and its communication overlapped with the GEMMs
@@ -24,6 +24,11 @@ Recipe ``megatron-lm-2021`` (Narayanan et al. 2021, the ``sc21`` scripts): the p
 stage 0), the model's unfused attention core; the ``ddp`` column says how gradients are reduced:
 ``torch`` is PyTorch DDP (25 MB buckets overlapped with the backward), ``local`` Megatron's
 LocalDDP (one all-reduce of the flat buffer after the last backward).
+
+Recipe ``megatron-deepspeed-2022`` (BigScience's Megatron-DeepSpeed, BLOOM): the row's precision
+with full activation recomputation (DeepSpeed's), no sequence parallelism, the BF16 optimizer's
+ZeRO stage 1 (optimizer state sharded over the data-parallel group), the gradients all-reduced
+in DeepSpeed's 5e8-element buckets after the pipeline's last backward, not overlapped.
 
 The prediction is simulated (realistic mode, seed 0); its throughput is global batch x sequence /
 iteration time / GPUs; the error is predicted / published - 1.
@@ -46,7 +51,9 @@ COLUMNS = ("id", "source", "system", "model", "gpus", "precision", "gbs", "mbs",
 #: the published throughput: exactly one of these columns
 METRICS = ("tokens_per_s_per_gpu", "tflops_per_gpu")
 INTS = ("gpus", "gbs", "mbs", "seq_len", "tp", "pp", "cp", "vp", "fsdp")
-RECIPES = ("megatron-core", "megatron-lm-2021")
+RECIPES = ("megatron-core", "megatron-lm-2021", "megatron-deepspeed-2022")
+#: the DeepSpeed ZeRO reduce bucket's default (reduce_bucket_size, 5e8 elements)
+DEEPSPEED_BUCKET_ENTRIES = 500_000_000
 DDP_IMPLS = ("torch", "local")
 #: PyTorch DDP's default bucket_cap_mb (25 MiB) in fp16 gradient entries
 TORCH_DDP_BUCKET_ENTRIES = 25 * 2**20 // 2
@@ -63,6 +70,13 @@ DERIVED_MODELS: dict[str, dict[str, Any]] = {
     "gpt3-20b": {"preset": "gpt3-175b", "hidden": 6144, "heads": 48, "layers": 44, "ffn_hidden": 24576},
     "llama2-13b": {"preset": "llama2-7b", "hidden": 5120, "heads": 40, "kv_heads": 40, "layers": 40,
                    "ffn_hidden": 13824},
+    # BLOOM 176B (bigscience-workshop/bigscience train/tr11-176B-ml/README.md): 70 layers, hidden
+    # 14336, 112 heads, MLP 4h with GeLU, ALiBi positions, tied embeddings with a 250,880-token
+    # (padded) vocabulary, LayerNorm, biases; Megatron's fused softmax outside flash attention and
+    # Megatron-LM's inherited dropout (attention and hidden 0.1). The embedding LayerNorm (one more
+    # norm on the first stage) is not priced.
+    "bloom-176b": {"preset": "gpt3-175b", "hidden": 14336, "heads": 112, "layers": 70, "ffn_hidden": 4 * 14336,
+                   "vocab": 250880, "position": "alibi", "attention": "fused_softmax", "attention_dropout": True},
 }
 #: Megatron-LM's SC21 weak-scaling GPTs (run_table_1.sh): hidden, heads, layers; vocabulary 51,200,
 #: MLP 4h, learned positions, the unfused attention core of 2021 (no flash attention yet) with
@@ -98,8 +112,8 @@ def read_published(path: str | os.PathLike) -> list[dict[str, Any]]:
             if missing:
                 raise ConfigError(f"{p}:1", f"missing columns: {', '.join(missing)}")
             metrics = [c for c in METRICS if c in fields]
-            if len(metrics) != 1:
-                raise ConfigError(f"{p}:1", f"needs exactly one throughput column of {', '.join(METRICS)}")
+            if not metrics:
+                raise ConfigError(f"{p}:1", f"needs a throughput column: {' or '.join(METRICS)}")
             raw = list(reader)
         except (csv.Error, UnicodeDecodeError) as e:
             raise ConfigError(str(p), f"not a CSV table: {e}") from None
@@ -108,15 +122,19 @@ def read_published(path: str | os.PathLike) -> list[dict[str, Any]]:
     rows = []
     for i, r in enumerate(raw, start=2):
         row: dict[str, Any] = dict(r)
+        where = f"{p}, row {r.get('id') or i}"
+        filled = [c for c in metrics if (r.get(c) or "").strip()]
+        if len(filled) != 1:
+            raise ConfigError(where, f"needs exactly one throughput of {', '.join(metrics)}, got "
+                                     f"{', '.join(filled) or 'none'}")
+        metric = filled[0]
         try:
             for c in INTS:
                 row[c] = int(r[c])
-            published = float(r[metrics[0]])
+            published = float(r[metric])
         except (TypeError, ValueError):
-            raise ConfigError(f"{p}, row {r.get('id') or i}",
-                              "gpus, gbs, mbs, seq_len, tp, pp, cp, vp and fsdp must be integers, "
-                              f"{metrics[0]} a number") from None
-        where = f"{p}, row {row['id']}"
+            raise ConfigError(where, "gpus, gbs, mbs, seq_len, tp, pp, cp, vp and fsdp must be integers, "
+                                     f"{metric} a number") from None
         if row["system"] not in SYSTEMS:
             raise ConfigError(where, f"unknown system {row['system']!r}; known: {', '.join(SYSTEMS)}")
         row["recipe"] = r.get("recipe") or RECIPES[0]
@@ -128,8 +146,8 @@ def read_published(path: str | os.PathLike) -> list[dict[str, Any]]:
                                      f"{row['ddp']!r}")
         if min(row[c] for c in INTS if c != "fsdp") < 1 or not published > 0:
             raise ConfigError(where, "sizes and the throughput must be positive")
-        row["published_metric"], row["published_value"] = metrics[0], published
-        if metrics[0] == "tflops_per_gpu":
+        row["published_metric"], row["published_value"] = metric, published
+        if metric == "tflops_per_gpu":
             model = DERIVED_MODELS.get(row["model"])
             if row["recipe"] != "megatron-lm-2021" or model is None or "vocab" not in model:
                 raise ConfigError(where, "tflops_per_gpu is Narayanan et al.'s count (full recomputation, "
@@ -157,10 +175,14 @@ def scenario_mapping(row: dict[str, Any]) -> dict[str, Any]:
     fsdp = row["fsdp"] > 0
     training: dict[str, Any] = {"micro_batch": row["mbs"], "micro_batches": row["gbs"] // (row["mbs"] * dp),
                                 "precision": row["precision"], "kernels": row["kernels"]}
-    modern = row.get("recipe", RECIPES[0]) == "megatron-core"
+    recipe = row.get("recipe", RECIPES[0])
+    modern = recipe == "megatron-core"
     if modern:
         training.update({"recompute": "none", "distributed_optimizer": not fsdp, "fsdp": fsdp,
                          "overlap_grad_reduce": True, "overlap_param_gather": not fsdp, "dp_bucket": 40_000_000})
+    elif recipe == "megatron-deepspeed-2022":
+        training.update({"recompute": "full", "zero_stage": 1, "overlap_grad_reduce": False,
+                         "dp_bucket": DEEPSPEED_BUCKET_ENTRIES})
     else:
         torch_ddp = row["ddp"] == "torch"
         training.update({"recompute": "full", "zero_stage": 0, "overlap_grad_reduce": torch_ddp,
