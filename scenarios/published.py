@@ -247,9 +247,14 @@ def _layout(row: dict[str, Any]) -> str:
 
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     errs = [r["error_pct"] for r in results]
+    by_source: dict[str, list[float]] = {}
+    for r in results:
+        by_source.setdefault(r["source"], []).append(r["error_pct"])
     return {"runs": len(results), "memory_over_capacity": sum(not r["memory_fits"] for r in results),
             "mape_pct": statistics.fmean(abs(e) for e in errs),
-            "mean_error_pct": statistics.fmean(errs), "max_abs_error_pct": max(abs(e) for e in errs)}
+            "mean_error_pct": statistics.fmean(errs), "max_abs_error_pct": max(abs(e) for e in errs),
+            "by_source": {src: {"runs": len(e), "mape_pct": statistics.fmean(abs(x) for x in e),
+                                "mean_error_pct": statistics.fmean(e)} for src, e in by_source.items()}}
 
 
 def render(results: list[dict[str, Any]]) -> str:
@@ -266,4 +271,8 @@ def render(results: list[dict[str, Any]]) -> str:
     lines += ["", f"Throughput: MAPE {s['mape_pct']:.1f}% (mean {s['mean_error_pct']:+.1f}%, max "
                   f"{s['max_abs_error_pct']:.1f}%) over {s['runs']} published runs ({profiles}). Memory: "
                   f"{over} of {s['runs']} estimated not to fit, though every published run ran."]
+    if len(s["by_source"]) > 1:
+        lines.append("By source: " + "; ".join(f"{src} {v['mape_pct']:.1f}% (mean {v['mean_error_pct']:+.1f}%, "
+                                               f"{v['runs']} run{'s' if v['runs'] > 1 else ''})"
+                                               for src, v in s["by_source"].items()) + ".")
     return "\n".join(lines)

@@ -239,6 +239,10 @@ def test_published_a100_runs_are_predicted_and_a_set_profile_applies_to_every_ro
     # three-kernel softmax the SC21 rows were 6.0 % (mean +0.4 %), the softmax cancelling the unpriced dropout
     s = summary(out)
     assert s["runs"] == 11 and s["mape_pct"] < 13.0 and s["max_abs_error_pct"] < 18.0
+    sources = s["by_source"]
+    assert {k: v["runs"] for k, v in sources.items()} == {"megatron-sc21": 10, "bigscience-tr11": 1}
+    assert sources["bigscience-tr11"]["mape_pct"] == pytest.approx(abs(out[-1]["error_pct"]))
+    assert 11 * s["mape_pct"] == pytest.approx(sum(v["mape_pct"] * v["runs"] for v in sources.values()))
     no_drop = predict_rows(rows[:1], overrides=["model.attention_dropout=false"])
     assert no_drop[0]["iteration_s"] < out[0]["iteration_s"]  # the dropout kernel costs time
     roof = predict_rows(rows[:1], overrides=["profile.name=roofline"])
