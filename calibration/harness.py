@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainsim.calibration.harness_fused import COMPILED_KINDS, fused_body
 from trainsim.operators.errors import ConfigError
-from trainsim.operators.ops import FP8_CAST_KINDS, FP8_OF, UNFUSED_OF, Direction, Op, OpKind, hf_params
+from trainsim.operators.ops import FP8_CAST_KINDS, FP8_OF, Direction, Op, OpKind, hf_params
 from trainsim.operators.partition import padded_vocab
 
 L2_BYTES_DEFAULT = 50 * 2**20  # H100 SXM
@@ -147,9 +148,7 @@ def _body(op: Op, env: Env) -> tuple[Callable[[], dict], Callable[[dict], Any], 
     torch = env.torch
     F = torch.nn.functional
     k, b, l, d, h, mp, v, f = op.kind, op.b, op.l, op.d, op.h, op.mp, op.v, op.ffn
-    if k in UNFUSED_OF or k is OpKind.FUSED_SOFTMAX:
-        from trainsim.calibration.harness_fused import fused_body
-
+    if k in COMPILED_KINDS:
         return fused_body(op, env)
     hd = d // h if h else d
     hp = max(h // mp, 1)

@@ -28,8 +28,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from trainsim.operators.ops import Direction, Op, OpKind
+from trainsim.operators.ops import UNFUSED_OF, Direction, Op, OpKind
 
+#: the kinds whose bench is a compiled function here: the fused kinds and Megatron's one-kernel softmax
+COMPILED_KINDS = frozenset((*UNFUSED_OF, OpKind.FUSED_SOFTMAX))
 _COMPILED: dict[str, Callable[..., Any]] = {}
 RECOMPILE_LIMIT = 4096
 

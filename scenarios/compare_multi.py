@@ -17,7 +17,6 @@ its timed iterations (the statistic of the one-GPU validation).
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import warnings
@@ -25,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trainsim.operators.errors import ConfigError
+from trainsim.scenarios.csv_tables import read_csv_table
 
 HF_COLUMNS = ("layout", "world", "dp", "tp", "pp", "hidden", "heads", "layers", "seq_len", "micro_batch",
               "micro_batches", "min_s", "median_s", "device")
@@ -36,23 +36,14 @@ GPUS = {"H100": ("hgx-h100", "h100-sxm-bf16"), "H200": ("hgx-h200", "h200-sxm-bf
 def read_table(path: str | os.PathLike) -> tuple[str, list[dict[str, str]]]:
     """(``"hf"`` or ``"3d"``, rows) of a measured table; a bad file is one ConfigError naming it."""
     p = Path(path)
-    try:
-        fh = p.open(newline="")
-    except OSError as e:
-        raise ConfigError("--measured-multi", f"cannot read {p}: {e.strerror}") from None
-    with fh:
-        try:
-            reader = csv.DictReader(fh)
-            header = set(reader.fieldnames or [])
-            kind = "hf" if "tp" in header else "3d"
-            need = HF_COLUMNS if kind == "hf" else M3D_COLUMNS
-            missing = [c for c in need if c not in header]
-            if missing:
-                raise ConfigError(f"{p}:1", f"missing columns: {', '.join(missing)} (neither "
-                                            "train_hf_parallel.py's nor train_3d.py's table)")
-            rows = list(reader)
-        except (csv.Error, UnicodeDecodeError) as e:
-            raise ConfigError(str(p), f"not a CSV table: {e}") from None
+    fields, rows = read_csv_table(p, "--measured-multi")
+    header = set(fields)
+    kind = "hf" if "tp" in header else "3d"
+    need = HF_COLUMNS if kind == "hf" else M3D_COLUMNS
+    missing = [c for c in need if c not in header]
+    if missing:
+        raise ConfigError(f"{p}:1", f"missing columns: {', '.join(missing)} (neither "
+                                    "train_hf_parallel.py's nor train_3d.py's table)")
     if not rows:
         raise ConfigError(str(p), "holds no rows")
     ints = [c for c in need if c not in ("layout", "device", "min_s", "median_s")]

@@ -36,7 +36,6 @@ iteration time / GPUs; the error is predicted / published - 1.
 
 from __future__ import annotations
 
-import csv
 import os
 import statistics
 import warnings
@@ -45,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from trainsim.operators.errors import ConfigError
+from trainsim.scenarios.csv_tables import read_csv_table
 
 COLUMNS = ("id", "source", "system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp", "cp",
            "vp", "fsdp", "split", "kernels")
@@ -100,23 +100,13 @@ def sc21_flops_per_token(model: dict[str, Any], seq_len: int) -> float:
 def read_published(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The rows of a published-runs table, typed; a bad file or cell is one ConfigError naming it."""
     p = Path(path)
-    try:
-        fh = p.open(newline="")
-    except OSError as e:
-        raise ConfigError("--published", f"cannot read {p}: {e.strerror}") from None
-    with fh:
-        try:
-            reader = csv.DictReader(row for row in fh if not row.startswith("#"))
-            fields = reader.fieldnames or []
-            missing = [c for c in COLUMNS if c not in fields]
-            if missing:
-                raise ConfigError(f"{p}:1", f"missing columns: {', '.join(missing)}")
-            metrics = [c for c in METRICS if c in fields]
-            if not metrics:
-                raise ConfigError(f"{p}:1", f"needs a throughput column: {' or '.join(METRICS)}")
-            raw = list(reader)
-        except (csv.Error, UnicodeDecodeError) as e:
-            raise ConfigError(str(p), f"not a CSV table: {e}") from None
+    fields, raw = read_csv_table(p, "--published", comments=True)
+    missing = [c for c in COLUMNS if c not in fields]
+    if missing:
+        raise ConfigError(f"{p}:1", f"missing columns: {', '.join(missing)}")
+    metrics = [c for c in METRICS if c in fields]
+    if not metrics:
+        raise ConfigError(f"{p}:1", f"needs a throughput column: {' or '.join(METRICS)}")
     if not raw:
         raise ConfigError(str(p), "holds no rows")
     rows = []
