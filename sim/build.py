@@ -234,7 +234,7 @@ def elaborate(costs: IterationCosts, cluster: ClusterSpec | None, opts: SimOptio
         for s, st in enumerate(costs.stages):
             dp_sync[s] = StageSync(tuple(Barrier(env, dp) for _ in st.dp_bucket_s), env.event(), Barrier(env, dp),
                                    env.event())
-    bound = bind_perturbation(perturb, rng) if perturb is not None else None
+    bound = bind_perturbation(perturb, rng, par.mp * par.cp) if perturb is not None else None
     return Build(
         env=env, costs=costs, opts=opts, pp=pp, dp=dp, chunks=chunks, steps=steps,
         tables=tuple(step_costs(costs, opts.own_stage_times, st, chunks) for st in costs.stages),

@@ -23,6 +23,8 @@ Configured under ``simulation.jitter`` in a scenario (every key also via
             scope: link            # link: independent per link; tier: all links of the tier at once
         compute:
           sigma: 0.01              # lognormal noise on every compute timeout (mean-preserving, dimensionless)
+          iteration_sigma: 0.004   # each GPU's speed for one iteration: one mean-1 lognormal per GPU and
+                                   #   iteration; a (stage, replica) runs at its slowest GPU's (mp x cp)
           stragglers:
             probability: 0.02      # in [0, 1]: chance per iteration that a (stage, replica) is a straggler
             slowdown: 1.15         # >= 1: compute-time multiplier of a straggler for the whole iteration
@@ -32,7 +34,8 @@ Configured under ``simulation.jitter`` in a scenario (every key also via
 (:meth:`Jitter.bind`), which gives a :class:`RunJitter` owning the run's random streams
 (:class:`sim.streams.RunStreams`). They are independent child streams derived from that
 generator's seed sequence (no draws are taken from the generator itself), one per purpose —
-noise per (kind, tier), stragglers per (stage, replica), compute noise, congestion per link.
+noise per (kind, tier), stragglers and GPU speeds per (stage, replica), compute noise, congestion
+per link.
 Keyed streams keep *common random numbers* across parameter values (a link's episode sequence
 does not depend on what the rest of the run did), which the ablation in
 :mod:`scenarios.montecarlo` and ``trainsim jitter fit`` rely on.
@@ -123,13 +126,26 @@ class Congestion:
 
 @dataclass(frozen=True)
 class ComputeJitter:
+    """Compute-side variance: of every kernel (``sigma``), of each GPU's speed over an iteration
+    (``iteration_sigma``) and stragglers.
+
+    ``sigma`` is drawn per compute timeout and so averages out over an iteration's hundreds of
+    kernels. ``iteration_sigma`` is what does not average out: a GPU's speed for a whole iteration
+    (its sustained clock under the power cap, its thermal state, host daemons), one mean-1 lognormal
+    draw per GPU and iteration. The ``mp x cp`` GPUs of a (stage, replica) synchronise at every
+    tensor-parallel collective, so the unit runs at its slowest GPU's speed: the maximum of its GPUs'
+    draws. The parameter describes a GPU, and a wider model-parallel group is slower on average.
+    """
+
     sigma: float = 0.0
     straggler_probability: float = 0.0
     straggler_slowdown: float = 1.0
+    iteration_sigma: float = 0.0
 
     @property
     def active(self) -> bool:
-        return self.sigma > 0 or (self.straggler_probability > 0 and self.straggler_slowdown > 1)
+        return (self.sigma > 0 or self.iteration_sigma > 0
+                or (self.straggler_probability > 0 and self.straggler_slowdown > 1))
 
 
 @dataclass(frozen=True)
@@ -220,12 +236,15 @@ class Jitter:
         if cj != ComputeJitter():
             out["compute"] = {"sigma": cj.sigma, "stragglers": {"probability": cj.straggler_probability,
                                                                 "slowdown": cj.straggler_slowdown}}
+            if cj.iteration_sigma > 0:
+                out["compute"]["iteration_sigma"] = cj.iteration_sigma
         return out
 
     # -- the perturb hook ------------------------------------------------------------------
-    def bind(self, rng: np.random.Generator) -> RunJitter:
-        """This configuration bound to one run whose generator is ``rng`` (what the engine calls)."""
-        return RunJitter(self, RunStreams(rng))
+    def bind(self, rng: np.random.Generator, lockstep: int = 1) -> RunJitter:
+        """This configuration bound to one run whose generator is ``rng`` (what the engine calls);
+        ``lockstep``: the GPUs of one (stage, replica), mp x cp (see :class:`ComputeJitter`)."""
+        return RunJitter(self, RunStreams(rng), lockstep)
 
     # One-off factors outside a run (the three-argument hook of sim.perturb.Perturbation). They keep
     # no state between calls: a straggler is decided by the generator's seed, as in a run, and the
@@ -284,12 +303,15 @@ _CommEntry = tuple[float | None, Callable[[], float] | None, tuple[float, float]
 class RunJitter:
     """A :class:`Jitter` bound to one run: the run's streams and which ranks straggle (see module doc)."""
 
-    __slots__ = ("config", "streams", "stragglers", "_noise", "_comm", "_compute_on", "step_latency")
+    __slots__ = ("config", "streams", "stragglers", "speeds", "lockstep", "_noise", "_comm", "_compute_on",
+                 "step_latency")
 
-    def __init__(self, config: Jitter, streams: RunStreams) -> None:
+    def __init__(self, config: Jitter, streams: RunStreams, lockstep: int = 1) -> None:
         self.config = config
         self.streams = streams
+        self.lockstep = lockstep
         self.stragglers: dict[tuple[int, int], bool] = {}
+        self.speeds: dict[tuple[int, int], float] = {}  # (stage, replica) -> its time factor this iteration
         self._noise: dict[tuple[str, str], NormalStream] = {}  # (kind, tier) -> its stream
         # (kind, tier) -> what its factor needs, made on first use (see _comm_entry)
         self._comm: dict[tuple[str, str], _CommEntry] = {}
@@ -349,6 +371,16 @@ class RunJitter:
                 self.stragglers[key] = slow
             if slow:
                 f = cj.straggler_slowdown
+        if cj.iteration_sigma > 0:
+            key = (stage, replica)
+            speed = self.speeds.get(key)
+            if speed is None:
+                # One draw per GPU of the unit, from a stream of the unit's own (common random numbers
+                # across sigmas; independent of the order in which units first compute); the unit
+                # waits for its slowest GPU.
+                z = float(self.streams.child(("speed", stage, replica)).standard_normal(self.lockstep).max())
+                speed = self.speeds[key] = _lognormal(cj.iteration_sigma, z)
+            f *= speed
         if cj.sigma > 0:
             f *= _lognormal(cj.sigma, self.streams.stream(("compute", stage, replica)).normal())
         return f

@@ -176,7 +176,7 @@ def parse_jitter(mapping: Mapping[str, Any] | None) -> Jitter | None:
 
     path = f"{FIELD}.compute"
     comp = _mapping(raw.get("compute"), path)
-    _keys(comp, path, ("sigma", "stragglers"))
+    _keys(comp, path, ("sigma", "iteration_sigma", "stragglers"))
     strag = _mapping(comp.get("stragglers"), f"{path}.stragglers")
     _keys(strag, f"{path}.stragglers", ("probability", "slowdown"))
     slowdown = _number(strag.get("slowdown", 1.0), f"{path}.stragglers.slowdown")
@@ -186,6 +186,7 @@ def parse_jitter(mapping: Mapping[str, Any] | None) -> Jitter | None:
         sigma=_sigma(comp.get("sigma", 0.0), f"{path}.sigma"),
         straggler_probability=_probability(strag.get("probability", 0.0), f"{path}.stragglers.probability"),
         straggler_slowdown=slowdown,
+        iteration_sigma=_sigma(comp.get("iteration_sigma", 0.0), f"{path}.iteration_sigma"),
     )
 
     jitter = Jitter(noise=tuple(noise), congestion=tuple(congestion), compute=compute, preset=preset)

@@ -49,7 +49,7 @@ class RunPerturbation(Protocol):
 class BindablePerturbation(Protocol):
     """A perturbation configuration that makes its per-run state itself (e.g. :class:`sim.jitter.Jitter`)."""
 
-    def bind(self, rng: np.random.Generator) -> RunPerturbation: ...
+    def bind(self, rng: np.random.Generator, lockstep: int = 1) -> RunPerturbation: ...
 
 
 class Perturbation(Protocol):
@@ -87,8 +87,9 @@ class _WithGenerator:
         return list(self._processes(env, network, self.rng))
 
 
-def bind_perturbation(perturb: AnyPerturbation, rng: np.random.Generator) -> RunPerturbation:
-    """``perturb`` bound to one run whose generator is ``rng`` (see module doc)."""
+def bind_perturbation(perturb: AnyPerturbation, rng: np.random.Generator, lockstep: int = 1) -> RunPerturbation:
+    """``perturb`` bound to one run whose generator is ``rng`` (see module doc); ``lockstep``: the GPUs
+    that one (stage, replica) stands for (mp x cp), for a perturbation that draws per GPU."""
     if isinstance(perturb, BindablePerturbation):
-        return perturb.bind(rng)
+        return perturb.bind(rng, lockstep)
     return _WithGenerator(perturb, rng)

@@ -91,6 +91,8 @@ def test_presets_parse_and_explicit_keys_override():
     ({"preset": "frontier"}, "simulation.jitter.preset"),
     ({"noise": {"nic": {"sigma": "high"}}}, "simulation.jitter.noise.nic.sigma"),
     ({"noise": {"nic": {"sigma": 0.1, "message_bytes": 0}}}, "simulation.jitter.noise.nic.message_bytes"),
+    ({"compute": {"iteration_sigma": -0.01}}, "simulation.jitter.compute.iteration_sigma"),
+    ({"compute": {"iteration_sigma": "fast"}}, "simulation.jitter.compute.iteration_sigma"),
 ])
 def test_bad_parameters_name_the_key(mapping, field):
     with pytest.raises(ConfigError) as e:
@@ -194,6 +196,52 @@ def test_stragglers_once_per_rank_per_run():
         slow += first.count(2.0)
     # Binomial(1600, 0.25): mean 400, sd ~17.3
     assert abs(slow - 400) < 4 * math.sqrt(1600 * 0.25 * 0.75)
+
+
+def test_gpu_speed_once_per_rank_per_run_and_the_group_waits_for_its_slowest_gpu():
+    from trainsim.sim.jitter import RunJitter
+    from trainsim.sim.streams import RunStreams
+
+    sigma = 0.05
+    j = parse_jitter({"compute": {"iteration_sigma": sigma}})
+    assert j.sources() == ("compute",) and j.to_mapping()["compute"]["iteration_sigma"] == sigma
+    assert parse_jitter(j.to_mapping()) == j
+    means = {}
+    for lockstep in (1, 8):
+        factors = []
+        for seed in range(300):
+            run = j.bind(np.random.default_rng(seed), lockstep)
+            first = [run.compute_factor(s, r) for s in range(2) for r in range(2)]
+            assert first == [run.compute_factor(s, r) for s in range(2) for r in range(2)]  # fixed within a run
+            assert len(set(first)) == 4  # each (stage, replica) its own draw
+            # the factor is the lognormal of the largest of the group's standard normals, from the
+            # (stage, replica)'s own stream (the same numbers whatever the order of first use)
+            z = RunStreams(np.random.default_rng(seed)).child(("speed", 1, 0)).standard_normal(lockstep).max()
+            assert first[2] == pytest.approx(math.exp(sigma * z - 0.5 * sigma * sigma), rel=1e-12)
+            assert RunJitter(j, RunStreams(np.random.default_rng(seed)), lockstep).compute_factor(1, 0) == first[2]
+            factors += first
+        means[lockstep] = float(np.mean(factors))
+    # one GPU: mean 1 (sd of the mean of 1,200 draws ~0.0014); eight in lockstep wait for the slowest:
+    # E[max of 8 standard normals] = 1.4236, so the mean factor is ~exp(0.05 * 1.4236 - 0.00125) = 1.0725
+    assert abs(means[1] - 1.0) < 0.006
+    assert means[8] == pytest.approx(math.exp(sigma * 1.4236 - 0.5 * sigma * sigma), abs=0.006)
+
+
+def test_gpu_speed_scales_a_compute_only_iteration_by_its_slowest_rank():
+    # One stage, one replica, one GPU (no communication at all): the jittered iteration is the
+    # deterministic one times that rank's speed factor of the run, exactly.
+    sc, costs = tiny(pp=1, mp=1, dp=1)
+    det = simulate(costs, sc.cluster).iteration_s
+    j = parse_jitter({"compute": {"iteration_sigma": 0.03}})
+    for seed in range(3):
+        t = simulate(costs, sc.cluster, seed=seed, perturb=j).iteration_s
+        factor = j.bind(np.random.default_rng(seed)).compute_factor(0, 0)
+        assert factor != 1.0 and t == pytest.approx(det * factor, rel=1e-9)
+    # a tensor-parallel pair waits for the slower of its two GPUs: slower on average than one GPU's draw
+    sc2, costs2 = tiny(pp=1, mp=2, dp=1)
+    det2 = simulate(costs2, sc2.cluster).iteration_s
+    ratio = [simulate(costs2, sc2.cluster, seed=s, perturb=j).iteration_s / det2 for s in range(40)]
+    assert np.mean(ratio) > 1.0 + 0.03 * 0.3  # E[max of 2 normals] = 0.564: about +1.7 %, well above +0.9 %
 
 
 class FakeNetwork:
