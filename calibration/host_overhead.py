@@ -53,6 +53,9 @@ from typing import Any
 from trainsim.operators.errors import ConfigError
 
 HOST_FILE = "host_overhead.json"
+#: beside HOST_FILE: what a checkpointed layer costs the host beyond re-issuing its forward
+#: (``checkpoint_s`` per runtime; validation/fit_checkpoint_overhead.py)
+CHECKPOINT_FILE = "checkpoint_overhead.json"
 OVERLAP = {"eager": "overlapped", "dtensor_tp": "overlapped", "fsdp2": "overlapped", "fsdp2_tp": "overlapped",
            "eager_pp": "overlapped", "dtensor_tp_pp": "overlapped"}
 
@@ -177,6 +180,18 @@ def load_host_overhead(path: str | Path) -> dict[str, dict]:
                     raise ValueError(f"{rt}.{key} must be a non-negative number")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(str(p), f"not a host-overhead table: {e}") from None
+    ck = p.with_name(CHECKPOINT_FILE)
+    if ck.is_file():
+        try:
+            for rt, v in json.loads(ck.read_text())["runtimes"].items():
+                c = v["checkpoint_s"]
+                if rt not in runtimes:
+                    raise ValueError(f"runtime {rt!r} is not in {p.name}")
+                if not (isinstance(c, (int, float)) and c >= 0):
+                    raise ValueError(f"{rt}.checkpoint_s must be a non-negative number")
+                runtimes[rt] = {**runtimes[rt], "checkpoint_s": float(c)}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ConfigError(str(ck), f"not a checkpoint-overhead table: {e}") from None
     return runtimes
 
 

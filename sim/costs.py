@@ -168,7 +168,7 @@ FLOW_SHOP_RUNTIMES = frozenset({"eager"})
 
 
 def issue_flow_shop(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float],
-                    host_per_layer_s: float) -> tuple[float, float, float] | None:
+                    host_per_layer_s: float, checkpoint_s: float = 0.0) -> tuple[float, float, float] | None:
     """The GPU's idle time in one micro-batch's forward and backward, and its backlog when the host
     has issued the last backward operator, for a runtime that synchronises host and GPU at each
     micro-batch's start (Hugging Face's causal-mask construction; None: the plan has no issue order).
@@ -183,25 +183,39 @@ def issue_flow_shop(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float],
     the step's host total is below its GPU total: what a per-step max(host, GPU) misses. Measured:
     one H100, d1024-L12 b4, 4.7 ms per micro-batch short of the measurement before this term, 3.0 ms
     of it here (docs/multi_gpu.md, "One GPU, micro-batch by micro-batch").
+
+    A checkpointed layer (``plan.issue_recompute``) costs the host ``checkpoint_s`` more than issuing
+    its operators: ``torch.utils.checkpoint``'s own work in the backward (restoring the RNG states,
+    detaching the inputs, the nested backward), charged before the layer's recompute. Its forward
+    runs without recording a graph, which offsets saving the RNG states; the probe that measured
+    ``checkpoint_s`` does not tell the split (validation/fit_checkpoint_overhead.py, docs/h100.md).
     """
     if not plan.issue_layer:
         return None
     n = plan.encoders
-    forward = [*plan.issue_head, *plan.issue_layer * n, *plan.issue_tail]
-    backward = [(op, bwd) for op in reversed(plan.issue_tail)]
+    wrap = checkpoint_s if plan.issue_recompute else 0.0
+
+    def layer(ops: Sequence[Op], table: dict[Op, float], first_extra: float) -> list[tuple[Op, dict[Op, float], float]]:
+        return [(op, table, first_extra if i == 0 else 0.0) for i, op in enumerate(ops)]
+
+    forward = layer(plan.issue_head, fwd, 0.0)
     for _ in range(n):
-        backward += [(op, fwd) for op in plan.issue_recompute]
-        backward += [(op, bwd) for op in reversed(plan.issue_layer)]
-    backward += [(op, bwd) for op in reversed(plan.issue_head)]
+        forward += layer(plan.issue_layer, fwd, 0.0)
+    forward += layer(plan.issue_tail, fwd, 0.0)
+    backward = layer(tuple(reversed(plan.issue_tail)), bwd, 0.0)
+    for _ in range(n):
+        backward += layer(plan.issue_recompute, fwd, wrap)  # restoring the RNG, detaching the inputs
+        backward += layer(tuple(reversed(plan.issue_layer)), bwd, 0.0)
+    backward += layer(tuple(reversed(plan.issue_head)), bwd, 0.0)
     h = host_per_layer_s * n / (2 * len(forward))
     host = gpu = idle_f = idle_b = 0.0
-    for op in forward:
-        host += h
+    for op, table, extra in forward:
+        host += h + extra
         start = max(gpu, host)
         idle_f += start - gpu
-        gpu = start + fwd[op]
-    for op, table in backward:
-        host += h
+        gpu = start + table[op]
+    for op, table, extra in backward:
+        host += h + extra
         start = max(gpu, host)
         idle_b += start - gpu
         gpu = start + table[op]
@@ -236,6 +250,8 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
     total = fwd_s + bwd_s
     host_f = per_mb * (fwd_s / total if total > 0 else 1 / 3)
     host_b = per_mb - host_f
+    checkpoint_s = float(entry.get("checkpoint_s", 0.0)) if plan.issue_recompute else 0.0
+    host_b += checkpoint_s * plan.encoders  # torch.utils.checkpoint's own work (issue_flow_shop)
     serial = entry["overlap"] == "serial"
 
     def extra(host: float, gpu: float) -> float:
@@ -254,7 +270,7 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
     # micro-batch's backward is issued; the GPU still has that micro-batch's backlog to run (what
     # its GPU work exceeds its host work by: the host synchronises with the GPU once per
     # micro-batch, so no more) and then the update. Only what outlasts both shows.
-    shop = (issue_flow_shop(plan, *prices, entry["per_layer_s"])
+    shop = (issue_flow_shop(plan, *prices, entry["per_layer_s"], checkpoint_s)
             if prices is not None and plan.runtime in FLOW_SHOP_RUNTIMES and not serial else None)
     if shop is not None:
         extra_f, extra_b, backlog = shop

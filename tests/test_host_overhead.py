@@ -271,3 +271,63 @@ def test_a_checkpointed_layer_reissues_its_recompute():
     _f, idle_b, _ = issue_flow_shop(plan, fast, fast, 0.003)
     # host-bound: every backward operator, and every re-issued forward one, leaves the GPU h/2 idle
     assert idle_b == pytest.approx((n + plan.encoders * len(plan.issue_recompute)) * h / 2)
+
+
+def test_a_checkpointed_layer_costs_the_host_its_checkpoint_before_the_recompute():
+    from trainsim.sim.costs import issue_flow_shop
+    model = ModelSpec("neox", hidden=256, heads=4, layers=3, seq_len=128, vocab=50432, attention="flash")
+    (plan,) = build_stage_plans(model, TrainingSpec(micro_batch=1, micro_batches=2, recompute="full",
+                                                    framework="hf"), Parallelism())
+    ops = {*plan.issue_head, *plan.issue_layer, *plan.issue_tail, *plan.issue_recompute}
+    n = len(plan.issue_head) + len(plan.issue_layer) * plan.encoders + len(plan.issue_tail)
+    h = 0.003 * plan.encoders / (2 * n)
+    c = 0.002
+    fast = {op: h / 2 for op in ops}
+    # host-bound: the GPU waits out every checkpoint in the backward, the forward is untouched
+    f0, b0, k0 = issue_flow_shop(plan, fast, fast, 0.003)
+    f1, b1, k1 = issue_flow_shop(plan, fast, fast, 0.003, checkpoint_s=c)
+    assert f1 == f0 and b1 == pytest.approx(b0 + plan.encoders * c) and k1 == pytest.approx(k0, abs=1e-12)
+    # GPU-bound (each kernel 3 ms, far above h + c): the checkpoints hide behind the kernels
+    slow = {op: 0.003 for op in ops}
+    assert issue_flow_shop(plan, slow, slow, 0.003, checkpoint_s=c)[1] == pytest.approx(0.0, abs=1e-15)
+    # without recompute there is no checkpoint to pay, and c = 0 is the old shop to the bit
+    (plain,) = build_stage_plans(model, TrainingSpec(micro_batch=1, micro_batches=2, recompute="none",
+                                                     framework="hf"), Parallelism())
+    assert issue_flow_shop(plain, fast, fast, 0.003, checkpoint_s=c) == issue_flow_shop(plain, fast, fast, 0.003)
+
+
+def test_the_checkpoint_table_joins_the_host_table_and_a_bad_one_names_its_file(tmp_path):
+    import json
+
+    from trainsim.calibration.host_overhead import CHECKPOINT_FILE, HOST_FILE
+    host = {"runtimes": {"eager": {"per_layer_s": 0.002, "per_iteration_s": 0.0, "overlap": "overlapped"}}}
+    (tmp_path / HOST_FILE).write_text(json.dumps(host))
+    assert "checkpoint_s" not in load_host_overhead(tmp_path / HOST_FILE)["eager"]
+    (tmp_path / CHECKPOINT_FILE).write_text(json.dumps({"runtimes": {"eager": {"checkpoint_s": 0.0018}}}))
+    assert load_host_overhead(tmp_path / HOST_FILE)["eager"]["checkpoint_s"] == 0.0018
+    for bad in ('{"runtimes": {"fsdp2": {"checkpoint_s": 0.001}}}', '{"runtimes": {"eager": {"checkpoint_s": -1}}}',
+                '{"runtimes": []}', "{"):
+        (tmp_path / CHECKPOINT_FILE).write_text(bad)
+        with pytest.raises(ConfigError, match=CHECKPOINT_FILE):
+            load_host_overhead(tmp_path / HOST_FILE)
+
+
+def test_the_shipped_checkpoint_cost_is_what_its_command_fits(tmp_path):
+    # the command recorded in the shipped file, run again on the committed probe rows (validation/
+    # checkpoint_h100/), gives the shipped value: 1.776 ms per checkpointed layer and micro-batch
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from trainsim.calibration.host_overhead import CHECKPOINT_FILE
+    root = Path(__file__).resolve().parents[1]
+    shipped = json.loads((root / "calibration/profiles/h100-sxm-bf16" / CHECKPOINT_FILE).read_text())
+    args = shipped["command"].split()[2:]
+    out = tmp_path / "ck.json"
+    args[args.index("--out") + 1] = str(out)
+    subprocess.run([sys.executable, str(root / "validation/fit_checkpoint_overhead.py"), *args], cwd=root,
+                   check=True, capture_output=True)
+    got = json.loads(out.read_text())["runtimes"]["eager"]["checkpoint_s"]
+    assert got == shipped["runtimes"]["eager"]["checkpoint_s"]
+    assert 0.001 < got < 0.003
