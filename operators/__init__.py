@@ -18,6 +18,7 @@ from trainsim.operators.partition import (
 from trainsim.operators.presets import MODEL_PRESETS
 from trainsim.operators.spec import (
     Attention,
+    GradAccumulation,
     Kernels,
     Mlp,
     ModelSpec,
@@ -34,8 +35,8 @@ from trainsim.operators.stages import OpCount, StagePlan, build_stage_plans, enc
 
 __all__ = [
     "MODEL_PRESETS", "Attention", "CollKind", "Collective", "ConfigError", "Direction", "DurationModel", "Mlp",
-    "ModelSpec", "Norm", "Op", "OpCount", "OpKind", "Parallelism", "Position", "Precision", "Kernels", "Recompute",
-    "Schedule", "Split", "StagePlan", "StageRole", "TrainingSpec", "build_stage_plans", "encoder_ops",
-    "encoder_params", "features", "model_params", "padded_vocab", "partition_encoders", "split_encoders",
-    "stage_params",
+    "ModelSpec", "Norm", "Op", "OpCount", "OpKind", "Parallelism", "Position", "Precision", "Kernels",
+    "GradAccumulation", "Recompute", "Schedule", "Split", "StagePlan", "StageRole", "TrainingSpec",
+    "build_stage_plans", "encoder_ops", "encoder_params", "features", "model_params", "padded_vocab",
+    "partition_encoders", "split_encoders", "stage_params",
 ]

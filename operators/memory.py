@@ -101,6 +101,7 @@ from trainsim.operators.partition import StageRole, kv_heads_per_rank, padded_vo
 from trainsim.operators.spec import (
     Attention,
     Framework,
+    GradAccumulation,
     Mlp,
     ModelSpec,
     Parallelism,
@@ -128,6 +129,7 @@ HF_LAYER_WHOLE_BYTES = 8.0  # of HF_LAYER_BYTES, what tensor parallelism does no
 # Megatron, bytes per parameter (see the module docstring)
 HALF = 2.0  # 16-bit weights, or 16-bit gradients in the paper's DeepSpeed setting
 MAIN_GRAD = 4.0  # Megatron-Core's fp32 main gradients (distributed optimizer)
+MASTER_GRAD = 4.0  # the fp32 master weights' own gradients (grad_accumulation: autograd)
 ADAM = 12.0  # fp32 master weights and two moments
 FP8_WEIGHT = 1.0
 
@@ -323,6 +325,12 @@ def _megatron_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism,
     if plan.role.has_head:  # fp32 log-probabilities and their gradient over v/mp logits
         acts += HF_LOSS_BYTES * b * s * padded_vocab(model.vocab, mp) / mp
     weights, grads, optimizer = _megatron_states(model, training, par, plan)
+    if training.grad_accumulation is GradAccumulation.AUTOGRAD:
+        # the fp32 masters' .grad, made beside the 16-bit .grad once the backward is over: the step's
+        # peak holds both and no activations (validation/train_3d.py: d4096-L8 37.75 GiB measured)
+        master = MASTER_GRAD * plan.params
+        return MemoryEstimate(weights=weights, grads=grads + master, optimizer=optimizer, activations=acts,
+                              stage=plan.index, not_together=min(master, acts))
     return MemoryEstimate(weights=weights, grads=grads, optimizer=optimizer, activations=acts, stage=plan.index)
 
 

@@ -23,6 +23,22 @@ class Precision(str, Enum):
         return 2
 
 
+class GradAccumulation(str, Enum):
+    """How gradients are accumulated over micro-batches and reach the fp32 master weights
+    (``training.grad_accumulation``, framework megatron).
+
+    ``fused``: Megatron-Core's ``gradient_accumulation_fusion``: the weight-gradient GEMMs add into
+    the fp32 main gradients, no pass of their own. ``autograd``: plain PyTorch mixed precision (what
+    validation/train_3d.py runs): autograd accumulates into each 16-bit parameter's ``.grad`` (micro-
+    batches 2..m: one read-add-write pass, 6 bytes per parameter), then each fp32 master gets
+    ``.grad = grad.float()`` (6 bytes) and is copied back after the step (6 bytes); at the step the
+    16-bit and the fp32 gradients are both alive.
+    """
+
+    FUSED = "fused"
+    AUTOGRAD = "autograd"
+
+
 class Kernels(str, Enum):
     """How the elementwise and normalisation operators run (``training.kernels``).
 
@@ -235,6 +251,9 @@ class TrainingSpec:
     overlap_param_gather: bool = False
     # eager | fused (Kernels); None: fused for framework megatron in bf16 / fp8, else eager
     kernels: Kernels | None = None
+    # fused | autograd (GradAccumulation, framework megatron): Megatron-Core's fused accumulation
+    # into fp32 main gradients, or plain PyTorch's into 16-bit .grad with fp32 master copies
+    grad_accumulation: GradAccumulation = GradAccumulation.FUSED
 
     def __post_init__(self) -> None:
         _bounded("training.micro_batch", self.micro_batch, MAX_WIDTH)
@@ -254,6 +273,20 @@ class TrainingSpec:
         object.__setattr__(self, "framework", parse_enum(Framework, "training.framework", self.framework))
         if self.kernels is not None:
             object.__setattr__(self, "kernels", parse_enum(Kernels, "training.kernels", self.kernels))
+        object.__setattr__(self, "grad_accumulation",
+                           parse_enum(GradAccumulation, "training.grad_accumulation", self.grad_accumulation))
+        if self.grad_accumulation is GradAccumulation.AUTOGRAD:
+            if self.framework is not Framework.MEGATRON:
+                raise ConfigError("training.grad_accumulation", "autograd accumulation with fp32 master copies is "
+                                                                "a framework megatron option (framework hf models "
+                                                                "its own fp32 gradients)")
+            if self.zero_stage != 0 or self.distributed_optimizer:
+                raise ConfigError("training.grad_accumulation", "autograd accumulation is modelled with full "
+                                                                "optimizer state on every rank (zero_stage 0, no "
+                                                                "distributed optimizer)")
+            if self.precision not in (Precision.BF16, Precision.FP16):
+                raise ConfigError("training.grad_accumulation", "autograd accumulation with fp32 master copies "
+                                                                "needs 16-bit parameters (precision bf16 or fp16)")
         if self.framework is Framework.HF and self.kernels is Kernels.FUSED:
             raise ConfigError("training.kernels", "framework hf runs the model's eager PyTorch kernels; "
                                                   "fused kernels are Megatron-Core's (framework megatron)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainsim.operators.ops import FP8_OF, Direction, Op, OpKind, bytes_moved, flops, fused_op
+from trainsim.operators.ops import FP8_OF, Direction, Op, OpKind, bytes_moved, flops, fused_op, hf_params
 from trainsim.operators.partition import (
     StageRole,
     kv_heads_per_rank,
@@ -25,6 +25,7 @@ from trainsim.operators.partition import (
 from trainsim.operators.spec import (
     Attention,
     Framework,
+    GradAccumulation,
     Mlp,
     ModelSpec,
     Norm,
@@ -315,9 +316,11 @@ def build_stage_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism
             layer_seg = GradSegment((), tuple(counted(enc_bwd, 1)), tuple(counted(enc, 1)) if full else (), True)
             segments = ((GradSegment((), tuple(counted(tail, 1))),) if role.has_head else ()) + (layer_seg,) * n + (
                 (GradSegment((), tuple(counted(head, 1))),) if role.has_embedding else ())
+        grad_accum, accum_count = _autograd_accumulation(model, training, n, mp, params)
         plans.append(StagePlan(
             index=s, role=role, encoders=n,
             forward=forward, backward=backward, recompute=recompute,
+            grad_accum=grad_accum, grad_accum_count=accum_count,
             mp_allreduces_fwd=fwd_syncs, mp_allreduces_bwd=bwd_syncs,
             mp_allreduce_entries=b * l * d,
             p2p_entries=(b * l * d) // mp if par.pp > 1 else 0,
@@ -330,6 +333,28 @@ def build_stage_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism
                            attention=core[0], layers=n) if cp > 1 else None,
         ))
     return tuple(plans)
+
+
+#: bytes per parameter of autograd accumulation into a 16-bit .grad (read both, write one), and of
+#: the master's fp32 gradient (read 16-bit, write 32) plus the copy back (read 32, write 16)
+AUTOGRAD_ACCUM_BYTES = 6
+AUTOGRAD_MASTER_BYTES = 12
+
+
+def _autograd_accumulation(model: ModelSpec, training: TrainingSpec, layers: int, mp: int,
+                           params: int) -> tuple[Op | None, float]:
+    """The memory-bound passes of ``grad_accumulation: autograd`` (see :class:`GradAccumulation`), as
+    so many passes of the measured fp32 accumulation kernel (``hf_grad_accum``: 12 bytes per
+    parameter of a GPT-NeoX stage of this width and depth), scaled to this stage's parameters and
+    bytes: the same HBM-bound kernel at the rate it was measured. Priced with the update; (None, 0)
+    for Megatron-Core's fused accumulation."""
+    if training.grad_accumulation is not GradAccumulation.AUTOGRAD:
+        return None, 0.0
+    ffn = model.ffn if model.ffn != 4 * model.hidden else 0  # hf_params' field: 0 for the default 4d
+    op = Op(OpKind.HF_GRAD_ACCUM, d=model.hidden, v=padded_vocab(model.vocab, 1), f=ffn,
+            layers=layers, mp=mp)
+    per_param = AUTOGRAD_ACCUM_BYTES * (training.micro_batches - 1) + AUTOGRAD_MASTER_BYTES
+    return op, per_param / 12.0 * params / hf_params(op)
 
 
 def _encoder_gemms(enc: list[Op]) -> tuple[Op, Op, Op, Op]:

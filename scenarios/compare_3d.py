@@ -7,7 +7,9 @@ each layout, builds the scenario that describes that run:
   LayerNorm, one fused attention kernel (``scaled_dot_product_attention``: ``flash``), no
   rotary embedding, 2 MP all-reduces per layer forward and 2 backward;
 * training: ``micro_batch``, ``micro_batches``, ``recompute``, bf16, ZeRO stage 0 (the
-  harness all-reduces the gradients and keeps full optimizer state), Megatron decomposition;
+  harness all-reduces the gradients and keeps full optimizer state), Megatron decomposition,
+  ``grad_accumulation: autograd`` (the harness accumulates into bf16 ``.grad`` and steps fp32
+  master copies, not Megatron-Core's fused accumulation);
 * parallelism: ``pp``, ``mp``, ``dp``, 1F1B;
 * cluster: ``dgx-h200`` with ``gpus_per_node`` = the host's GPU count (all ranks of a
   layout on one host; a layout using fewer GPUs than the host is one node of its size);
@@ -50,7 +52,8 @@ def scenario_mapping(row: dict, profile_name: str, host_gpus: int | None = None,
         "model": model,
         "training": {"micro_batch": int(row["micro_batch"]), "micro_batches": int(row["micro_batches"]),
                      "precision": "bf16", "recompute": row.get("recompute") or "none", "zero_stage": 0,
-                     "framework": "megatron", "kernels": "eager"},  # train_3d.py runs PyTorch eager ops
+                     "framework": "megatron", "kernels": "eager",  # train_3d.py runs PyTorch eager ops
+                     "grad_accumulation": "autograd"},  # and plain PyTorch mixed precision (fp32 masters)
         "parallelism": {"pp": int(row["pp"]), "mp": int(row["mp"]), "dp": int(row["dp"]), "schedule": "1f1b"},
         "cluster": {"preset": cluster, "gpus_per_node": gpn},
         "profile": profile,
