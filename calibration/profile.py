@@ -77,7 +77,10 @@ from trainsim.operators.ops import (
 # a compressed npz: a warm `trainsim predict` spent 0.2 s decompressing and parsing headers)
 # 3: an entry is either trees or a collective curve ("model" key); sample directories' collective
 # groups are fitted as curves, so a format-2 cache of one would silently keep its trees
-FORMAT_VERSION = 3
+# 4: a residual add's backward has no FLOPs (operators.ops.flops): the efficiency models' roofline,
+# and so every slowdown fitted against it, changed for that operator; an efficiency regressor keeps
+# its samples' smallest slowdown (summary "slowdown_min"), its prediction's floor
+FORMAT_VERSION = 4
 MANIFEST_FILE = "manifest.json"
 ARRAYS_FILE = "regressors.bin"
 _ALIGN = 64
@@ -254,6 +257,11 @@ class FittedProfile:
                     f"profile '{self.name}': {label} feature {fname} = {worst:g} is outside the sampled range "
                     f"[{lo:g}, {hi:g}]; {how}"), stacklevel=3)
         us = reg.ensemble.predict(X)
+        if slowdown and "slowdown_min" in reg.summary:
+            # an efficiency never above the best a sample of the operator reached: boosted trees add
+            # their leaves' corrections and can overshoot between samples (a residual add's backward,
+            # measured at 1.29-1.45 us, was priced 0.65 us at shapes inside its range)
+            us = np.maximum(us, reg.summary["slowdown_min"])
         if scale_up:
             assert exponents is not None
             # a tree's value above its range is the edge's (its splits lie inside), so this is the
@@ -427,6 +435,8 @@ class _LazyRegressors(Mapping[str, Regressor]):
                               else TreeEnsemble(**arrays, **e["ensemble"]))
             summary = {k: e[k] for k in ("kind", "params", "validation_mape", "candidate_mape", "n")}
             summary["target"] = e.get("target", "duration")
+            if "slowdown_min" in e:
+                summary["slowdown_min"] = e["slowdown_min"]
             reg = self._loaded[key] = Regressor(ens, np.asarray(e["feature_min"], dtype=np.float64),
                                                 np.asarray(e["feature_max"], dtype=np.float64), summary)
         return reg
@@ -462,6 +472,8 @@ def _fit_one(X: np.ndarray, y: np.ndarray, random_state: int, candidates,
     summary = {"kind": r.best_kind_, "params": r.best_params_, "validation_mape": _finite_or_none(r.validation_mape_),
                "candidate_mape": [_finite_or_none(s) for s in r.candidate_mape_], "n": int(r.n_samples_),
                "target": target}
+    if target == "slowdown":  # the best efficiency any sample of the operator reached (see _predict)
+        summary["slowdown_min"] = float(np.min(y))
     return Regressor(r.to_ensemble(), r.feature_min_.copy(), r.feature_max_.copy(), summary)
 
 

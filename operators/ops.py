@@ -363,12 +363,14 @@ def forward_flops(op: Op) -> float:
 
 
 def flops(op: Op, direction: Direction) -> float:
-    """FLOPs for a direction: GEMM-like backward is twice the forward (dX and dW)."""
+    """FLOPs for a direction: GEMM-like backward is twice the forward (dX and dW). A residual add's
+    backward computes nothing: autograd hands the output gradient to both inputs (measured GPU-only
+    on the H100: 1.3 us at any shape; :func:`bytes_moved` is 0 too)."""
     fwd = forward_flops(op)
     if direction is Direction.FWD:
         return fwd
     if direction is Direction.BWD:
-        return 2.0 * fwd
+        return 0.0 if op.kind is OpKind.RES_ADD else 2.0 * fwd
     return 0.0
 
 
