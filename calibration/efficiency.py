@@ -88,6 +88,11 @@ class Roofline:
             peak = self.peak_flops
         return max(flops(op, direction) / peak, bytes_moved(op, direction) / self.mem_bw)
 
+    def compute_seconds(self, op: Op, direction: Direction) -> float:
+        """``flops / peak`` (the FP8 peak for the FP8 GEMMs): the tensor cores' bound alone."""
+        return flops(op, direction) / (self.peak_fp8 if op.kind in FP8_GEMMS and self.peak_fp8 > 0
+                                       else self.peak_flops)
+
     def seconds_of(self, ops: Sequence[Op], direction: Direction) -> np.ndarray:
         return np.array([self.seconds(op, direction) for op in ops], dtype=np.float64)
 

@@ -290,7 +290,14 @@ class FittedProfile:
                                  work_exponents(kind))
             if self.regressors[key].summary.get("target") == "slowdown":
                 assert self.target is not None  # an efficiency profile always has its roofline
-                out[idx] = pred * self.target.seconds_of([ops[i] for i in idx], direction)
+                group = [ops[i] for i in idx]
+                # The slowdown is over max(launch, work); a GPU-only sample may run under the launch
+                # term (a reference, not a bound), so a slowdown under 1 learned where the launch
+                # dominated must not take the time under the FLOPs' bound where they dominate
+                # (another GPU's roofline, or a larger shape): no operator outruns the tensor cores.
+                # The bytes' bound is not floored: a kernel whose data sit in L2 beats HBM bandwidth.
+                compute = np.array([self.target.compute_seconds(op, direction) for op in group])
+                out[idx] = np.maximum(pred * self.target.seconds_of(group, direction), compute)
                 continue
             out[idx] = pred
             if self.extrapolate == "work" and self.hardware is not None:
