@@ -79,19 +79,16 @@ class Roofline:
 
     def work_seconds(self, op: Op, direction: Direction) -> float:
         """``max(flops / peak, bytes / mem_bw)``: the bound without the launch floor."""
+        return max(self.compute_seconds(op, direction), bytes_moved(op, direction) / self.mem_bw)
+
+    def compute_seconds(self, op: Op, direction: Direction) -> float:
+        """``flops / peak`` (the FP8 peak for the FP8 GEMMs): the tensor cores' bound alone."""
         if op.kind in FP8_GEMMS:
             if self.peak_fp8 <= 0:
                 raise ConfigError("profile", f"GPU {self.gpu} has no FP8 tensor cores (its datasheet states no "
                                              f"FP8 rate); training.precision fp8 cannot be priced on it")
-            peak = self.peak_fp8
-        else:
-            peak = self.peak_flops
-        return max(flops(op, direction) / peak, bytes_moved(op, direction) / self.mem_bw)
-
-    def compute_seconds(self, op: Op, direction: Direction) -> float:
-        """``flops / peak`` (the FP8 peak for the FP8 GEMMs): the tensor cores' bound alone."""
-        return flops(op, direction) / (self.peak_fp8 if op.kind in FP8_GEMMS and self.peak_fp8 > 0
-                                       else self.peak_flops)
+            return flops(op, direction) / self.peak_fp8
+        return flops(op, direction) / self.peak_flops
 
     def seconds_of(self, ops: Sequence[Op], direction: Direction) -> np.ndarray:
         return np.array([self.seconds(op, direction) for op in ops], dtype=np.float64)

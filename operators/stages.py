@@ -350,9 +350,8 @@ def _autograd_accumulation(model: ModelSpec, training: TrainingSpec, layers: int
     for Megatron-Core's fused accumulation."""
     if training.grad_accumulation is not GradAccumulation.AUTOGRAD:
         return None, 0.0
-    ffn = model.ffn if model.ffn != 4 * model.hidden else 0  # hf_params' field: 0 for the default 4d
-    op = Op(OpKind.HF_GRAD_ACCUM, d=model.hidden, v=padded_vocab(model.vocab, 1), f=ffn,
-            layers=layers, mp=mp)
+    op = Op(OpKind.HF_GRAD_ACCUM, d=model.hidden, v=padded_vocab(model.vocab, 1), f=model.ffn, layers=layers,
+            mp=mp)
     per_param = AUTOGRAD_ACCUM_BYTES * (training.micro_batches - 1) + AUTOGRAD_MASTER_BYTES
     return op, per_param / 12.0 * params / hf_params(op)
 

@@ -193,27 +193,21 @@ def issue_flow_shop(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float],
     if not plan.issue_layer:
         return None
     n = plan.encoders
-    wrap = checkpoint_s if plan.issue_recompute else 0.0
-
-    def layer(ops: Sequence[Op], table: dict[Op, float], first_extra: float) -> list[tuple[Op, dict[Op, float], float]]:
-        return [(op, table, first_extra if i == 0 else 0.0) for i, op in enumerate(ops)]
-
-    forward = layer(plan.issue_head, fwd, 0.0)
+    forward = [*plan.issue_head, *plan.issue_layer * n, *plan.issue_tail]
+    # (operator, its price table, host time before it beyond h): a checkpoint's own work precedes
+    # its layer's recompute (restoring the RNG, detaching the inputs)
+    backward = [(op, bwd, 0.0) for op in reversed(plan.issue_tail)]
     for _ in range(n):
-        forward += layer(plan.issue_layer, fwd, 0.0)
-    forward += layer(plan.issue_tail, fwd, 0.0)
-    backward = layer(tuple(reversed(plan.issue_tail)), bwd, 0.0)
-    for _ in range(n):
-        backward += layer(plan.issue_recompute, fwd, wrap)  # restoring the RNG, detaching the inputs
-        backward += layer(tuple(reversed(plan.issue_layer)), bwd, 0.0)
-    backward += layer(tuple(reversed(plan.issue_head)), bwd, 0.0)
+        backward += [(op, fwd, checkpoint_s if i == 0 else 0.0) for i, op in enumerate(plan.issue_recompute)]
+        backward += [(op, bwd, 0.0) for op in reversed(plan.issue_layer)]
+    backward += [(op, bwd, 0.0) for op in reversed(plan.issue_head)]
     h = host_per_layer_s * n / (2 * len(forward))
     host = gpu = idle_f = idle_b = 0.0
-    for op, table, extra in forward:
-        host += h + extra
+    for op in forward:
+        host += h
         start = max(gpu, host)
         idle_f += start - gpu
-        gpu = start + table[op]
+        gpu = start + fwd[op]
     for op, table, extra in backward:
         host += h + extra
         start = max(gpu, host)

@@ -303,15 +303,14 @@ _CommEntry = tuple[float | None, Callable[[], float] | None, tuple[float, float]
 class RunJitter:
     """A :class:`Jitter` bound to one run: the run's streams and which ranks straggle (see module doc)."""
 
-    __slots__ = ("config", "streams", "stragglers", "speeds", "lockstep", "_noise", "_comm", "_compute_on",
-                 "step_latency")
+    __slots__ = ("config", "streams", "lockstep", "_unit", "_noise", "_comm", "_compute_on", "step_latency")
 
     def __init__(self, config: Jitter, streams: RunStreams, lockstep: int = 1) -> None:
         self.config = config
         self.streams = streams
         self.lockstep = lockstep
-        self.stragglers: dict[tuple[int, int], bool] = {}
-        self.speeds: dict[tuple[int, int], float] = {}  # (stage, replica) -> its time factor this iteration
+        # (stage, replica) -> its compute factor fixed for the run: straggler slowdown x GPU speed
+        self._unit: dict[tuple[int, int], float] = {}
         self._noise: dict[tuple[str, str], NormalStream] = {}  # (kind, tier) -> its stream
         # (kind, tier) -> what its factor needs, made on first use (see _comm_entry)
         self._comm: dict[tuple[str, str], _CommEntry] = {}
@@ -360,29 +359,26 @@ class RunJitter:
         if not self._compute_on:
             return 1.0
         cj = self.config.compute
-        f = 1.0
-        if cj.straggler_probability > 0 and cj.straggler_slowdown > 1:
-            key = (stage, replica)
-            slow = self.stragglers.get(key)
-            if slow is None:
-                # One draw per (stage, replica) per run, from a stream of its own: whether a rank
-                # straggles does not depend on the order in which ranks first compute.
-                slow = self.streams.child(("straggler", stage, replica)).random() < cj.straggler_probability
-                self.stragglers[key] = slow
-            if slow:
-                f = cj.straggler_slowdown
-        if cj.iteration_sigma > 0:
-            key = (stage, replica)
-            speed = self.speeds.get(key)
-            if speed is None:
-                # One draw per GPU of the unit, from a stream of the unit's own (common random numbers
-                # across sigmas; independent of the order in which units first compute); the unit
-                # waits for its slowest GPU.
-                z = float(self.streams.child(("speed", stage, replica)).standard_normal(self.lockstep).max())
-                speed = self.speeds[key] = _lognormal(cj.iteration_sigma, z)
-            f *= speed
+        f = self._unit.get((stage, replica))
+        if f is None:
+            f = self._unit[stage, replica] = self._unit_factor(cj, stage, replica)
         if cj.sigma > 0:
             f *= _lognormal(cj.sigma, self.streams.stream(("compute", stage, replica)).normal())
+        return f
+
+    def _unit_factor(self, cj: ComputeJitter, stage: int, replica: int) -> float:
+        """What stays fixed for the run on (stage, replica): the straggler slowdown times the GPU speed.
+
+        Each is drawn from a stream of the unit's own, so neither depends on the order in which units
+        first compute, and a sigma's draws are the same standard normals at every value (common
+        random numbers)."""
+        f = 1.0
+        if (cj.straggler_probability > 0 and cj.straggler_slowdown > 1
+                and self.streams.child(("straggler", stage, replica)).random() < cj.straggler_probability):
+            f = cj.straggler_slowdown
+        if cj.iteration_sigma > 0:  # one draw per GPU of the unit; the unit waits for its slowest GPU
+            z = float(self.streams.child(("speed", stage, replica)).standard_normal(self.lockstep).max())
+            f *= _lognormal(cj.iteration_sigma, z)
         return f
 
     def _latency_switch(self, c: Congestion) -> Callable[[bool], None]:

@@ -77,16 +77,16 @@ def main() -> int:
             finally:
                 eager.pop("checkpoint_s", None)
 
-        def loss(c: float) -> float:
-            got = predicted_ckpt(c)
+        def residual(got: list[float]) -> float:
             return sum(((g - n) - (tc - tn)) ** 2 / tn ** 2
                        for g, n, (_, _, tn, tc) in zip(got, none_t, pairs, strict=True))
 
-        res = minimize_scalar(loss, bounds=(0.0, 0.02), method="bounded", options={"xatol": 1e-6})
+        res = minimize_scalar(lambda c: residual(predicted_ckpt(c)), bounds=(0.0, 0.02), method="bounded",
+                              options={"xatol": 1e-6})
         c = float(res.x)
         before, after = predicted_ckpt(0.0), predicted_ckpt(c)
     print(f"checkpoint_s = {c * 1e3:.3f} ms per checkpointed layer and micro-batch ({len(pairs)} pairs; "
-          f"sum of squared relative residuals {res.fun:.4f}, {loss(0.0):.4f} at 0)")
+          f"sum of squared relative residuals {res.fun:.4f}, {residual(before):.4f} at 0)")
     print(f"{'source':28} {'shape':6} {'meas. none':>10} {'meas. ckpt':>10} {'pred. none':>10} {'ckpt c=0':>9} "
           f"{'ckpt c':>9} {'err c=0':>8} {'err c':>7}")
     for (f, s, tn, tc), n, b, a in zip(pairs, none_t, before, after, strict=True):
