@@ -43,7 +43,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the repository's packages importable
@@ -517,10 +517,13 @@ def _setup(cfg: Config, backend: str):
     return torch, dist, rank, device
 
 
-def run(cfg: Config, backend: str, warmup: int, iters: int, dump: str | None = None) -> dict:
+def run(cfg: Config, backend: str, warmup: int, iters: int, dump: str | None = None,
+        sweep: Sequence[int] = ()) -> list[dict]:
+    """Time ``cfg``; with ``sweep``, the same model in the same process at each of those
+    micro-batch counts in turn (one result each): what the host-cost probe varies in one launch."""
     torch, dist, rank, device = _setup(cfg, backend)
     try:
-        result = _run(torch, dist, cfg, rank, device, warmup, iters, dump)
+        result = _run(torch, dist, cfg, rank, device, warmup, iters, dump, tuple(sweep) or (cfg.micro_batches,))
         # every rank done before any tears down: gloo aborts a process whose peer closed first
         dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
         return result
@@ -528,7 +531,8 @@ def run(cfg: Config, backend: str, warmup: int, iters: int, dump: str | None = N
         dist.destroy_process_group()
 
 
-def _run(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, dump: str | None) -> dict:
+def _run(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, dump: str | None,
+         micro_batch_counts: Sequence[int]) -> list[dict]:
     cuda = device.type == "cuda"
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.dtype]
     place = Placement(Parallelism(pp=cfg.pp, mp=cfg.mp, dp=cfg.dp), gpus_per_node=cfg.world)
@@ -550,13 +554,27 @@ def _run(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, d
         masters = [p.detach().float().clone().requires_grad_(True) for p in params]
     fused = {"fused": True} if cuda else {"foreach": False}
     optimizer = torch.optim.AdamW(masters if masters is not None else params, lr=cfg.lr, eps=cfg.adam_eps, **fused)
-    data = make_batch(torch, cfg, device)
+    data = make_batch(torch, replace(cfg, micro_batches=max(micro_batch_counts)), device)
 
     def barrier():
         dist.barrier(device_ids=[device.index]) if cuda else dist.barrier()
         if cuda:
             torch.cuda.synchronize(device)
 
+    results = []
+    for m in micro_batch_counts:
+        results.append(_time(torch, dist, replace(cfg, micro_batches=m), rank, device, warmup, iters, dump,
+                             (stage, pipe, data, dp_index, mp_index, dp_group, optimizer, masters, place), barrier))
+        dump = None  # the correctness dump is of the first step of the first count only
+    return results
+
+
+def _time(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, dump: str | None, state,
+          barrier) -> dict:
+    """``warmup + iters`` iterations of ``cfg`` on a built ``state``: the slowest rank's times, the
+    peak memory and the first step's loss."""
+    stage, pipe, data, dp_index, mp_index, dp_group, optimizer, masters, place = state
+    cuda = device.type == "cuda"
     first_loss = None
     times = []
     if cuda:
@@ -585,7 +603,8 @@ def _run(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, d
     dist.all_reduce(lt)
     times = [float(x) for x in t.cpu()]
     return {"rank": rank, "loss": float(lt.item()), "times": times, "max_mem_gib": float(mt.item()),
-            "device": torch.cuda.get_device_name(device) if cuda else "cpu", "torch": torch.__version__}
+            "device": torch.cuda.get_device_name(device) if cuda else "cpu", "torch": torch.__version__,
+            "micro_batches": cfg.micro_batches}
 
 
 def _rss_bytes() -> float:
@@ -651,6 +670,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--adam-eps", type=float, default=1e-8)
     p.add_argument("--out", default=None, metavar="CSV", help=f"append the row here (e.g. {DEFAULT_OUT.name})")
     p.add_argument("--dump", default=None, metavar="DIR", help="save each rank's parameters after step 1")
+    p.add_argument("--sweep-micro-batches", default="", metavar="M,M,...",
+                   help="time the same model at each of these micro-batch counts in one launch (a row each; "
+                        "the host-cost probe, validation/device/train3d_host.sh)")
     return p
 
 
@@ -670,18 +692,36 @@ def main(argv: Sequence[str] | None = None) -> int:
                      seq=args.seq, micro_batch=args.micro_batch, micro_batches=args.micro_batches, vocab=args.vocab,
                      recompute=args.recompute, dtype=dtype, seed=args.seed, lr=args.lr,
                      adam_eps=args.adam_eps)
-        result = run(cfg, backend, args.warmup, args.iters, args.dump)
+        sweep = _counts(args.sweep_micro_batches)
+        results = run(cfg, backend, args.warmup, args.iters, args.dump, sweep)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if result["rank"] == 0:
+    for result in results:
+        if result["rank"] != 0:
+            continue
+        cfg_m = replace(cfg, micro_batches=result["micro_batches"])
         t = result["times"]
-        print(f"{cfg.layout} d={cfg.hidden} L={cfg.layers} seq={cfg.seq} b={cfg.micro_batch} m={cfg.micro_batches} "
-              f"recompute={cfg.recompute} {cfg.dtype}: loss {result['loss']:.6f}  min {min(t):.4f} s  "
-              f"median {statistics.median(t):.4f} s  peak {result['max_mem_gib']:.2f} GiB", flush=True)
+        print(f"{cfg_m.layout} d={cfg_m.hidden} L={cfg_m.layers} seq={cfg_m.seq} b={cfg_m.micro_batch} "
+              f"m={cfg_m.micro_batches} recompute={cfg_m.recompute} {cfg_m.dtype}: loss {result['loss']:.6f}  "
+              f"min {min(t):.4f} s  median {statistics.median(t):.4f} s  peak {result['max_mem_gib']:.2f} GiB",
+              flush=True)
         if args.out:
-            append_row(args.out, cfg, result)
+            append_row(args.out, cfg_m, result)
     return 0
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    """``--sweep-micro-batches``: positive integers separated by commas (empty: no sweep)."""
+    if not text.strip():
+        return ()
+    try:
+        counts = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise ConfigError("--sweep-micro-batches", f"expected positive integers separated by commas, got {text!r}")
+    return counts
 
 
 if __name__ == "__main__":
