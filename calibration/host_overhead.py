@@ -35,8 +35,19 @@ while lent machines of one kind differ by up to a third (the same tiny tp2 run: 
 geometric mean of 1, so the lines are the kind's typical machine, and a runtime measured on one
 machine only is corrected by the factor its other runtimes give that machine (docs/multi_gpu.md).
 
+``validation/train_3d.py`` (Megatron's layer in plain PyTorch ops, ``framework: megatron`` with
+``training.kernels: eager``) measured its own lines the same way (``--sweep-micro-batches`` at
+hidden 256, sequence 128: ``validation/device/train3d_host.sh``): ``megatron_eager`` (one GPU, DP),
+``megatron_eager_tp`` (its tensor-parallel autograd functions and all-reduces) and
+``megatron_eager_pp``. A pipeline's critical path runs through its stage of most layers (the
+encoder split is uneven). That trainer never synchronises host and GPU inside an iteration, so its
+host runs ahead over a whole micro-batch (``overlap: ahead``: only the micro-batch's host excess
+over its GPU work shows, not each step's). Its rows came from machines that measured no
+train_hf_parallel.py runtime, so their factors are normalised among themselves
+(:func:`_machine_groups`).
+
     python -m trainsim.calibration.host_overhead validation/measured_hf_parallel_h100_host_*.csv \\
-        --out calibration/profiles/h100-sxm-bf16/host_overhead.json
+        validation/train3d_host_h*_2gpu/tiny.csv --out calibration/profiles/h100-sxm-bf16/host_overhead.json
 """
 
 from __future__ import annotations
@@ -51,13 +62,18 @@ from pathlib import Path
 from typing import Any
 
 from trainsim.operators.errors import ConfigError
+from trainsim.operators.partition import partition_encoders
+from trainsim.operators.stages import megatron_runtime
 
 HOST_FILE = "host_overhead.json"
 #: beside HOST_FILE: what a checkpointed layer costs the host beyond re-issuing its forward
 #: (``checkpoint_s`` per runtime; validation/fit_checkpoint_overhead.py)
 CHECKPOINT_FILE = "checkpoint_overhead.json"
 OVERLAP = {"eager": "overlapped", "dtensor_tp": "overlapped", "fsdp2": "overlapped", "fsdp2_tp": "overlapped",
-           "eager_pp": "overlapped", "dtensor_tp_pp": "overlapped"}
+           "eager_pp": "overlapped", "dtensor_tp_pp": "overlapped",
+           # train_3d.py's Megatron layer in eager ops: no host-GPU synchronisation inside an iteration,
+           # so the host runs ahead of the GPU across a micro-batch's forward and backward
+           **{megatron_runtime(mp, pp): "ahead" for mp in (1, 2) for pp in (1, 2)}}
 
 
 def runtime_of(layout: str) -> str | None:
@@ -87,6 +103,17 @@ def layer_steps(layout: str, layers: float, micro_batches: float) -> float:
     return layers * micro_batches if pp == 1 else layers / pp * (micro_batches + pp - 1)
 
 
+def row_runtime(row: dict[str, str]) -> tuple[str | None, float]:
+    """A tiny-shape row's runtime and layer-steps: a train_3d.py row (it has an ``mp`` column) runs
+    :func:`operators.stages.megatron_runtime`, its pipeline's critical path through the stage of most
+    layers (its split is uneven); a train_hf_parallel.py row runs :func:`runtime_of` its layout."""
+    layers, m = float(row["layers"]), float(row["micro_batches"])
+    if "mp" in row:
+        pp = int(row["pp"])
+        return megatron_runtime(int(row["mp"]), pp), max(partition_encoders(int(layers), pp)) * (m + pp - 1)
+    return runtime_of(row["layout"]), layer_steps(row["layout"], layers, m)
+
+
 def fit_host_overhead(rows: Iterable[dict[str, str]]) -> dict[str, dict[str, Any]]:
     """Per runtime: ``per_iteration_s``, ``per_layer_s``, ``overlap``, ``rows``, ``leases`` and the
     ``lease_factors`` of the machines it was measured on (see the module doc).
@@ -103,11 +130,10 @@ def fit_host_overhead(rows: Iterable[dict[str, str]]) -> dict[str, dict[str, Any
 
     pts: list[tuple[str, float, float, str]] = []
     for r in rows:
-        rt = runtime_of(r["layout"])
+        rt, steps = row_runtime(r)
         if rt is None:
             continue
-        pts.append((rt, layer_steps(r["layout"], float(r["layers"]), float(r["micro_batches"])),
-                    float(r["min_s"]), r.get("lease") or "?"))
+        pts.append((rt, steps, float(r["min_s"]), r.get("lease") or "?"))
     runtimes = sorted({p[0] for p in pts})
     names = sorted({p[3] for p in pts})
     x = np.array([p[1] for p in pts])
@@ -121,6 +147,7 @@ def fit_host_overhead(rows: Iterable[dict[str, str]]) -> dict[str, dict[str, Any
     for k, rt in enumerate(runtimes):
         if len(set(x[rt_idx == k].tolist())) < 2:
             raise ConfigError("host overhead", f"runtime {rt}: needs rows with at least two layers x micro-batches")
+    groups = _machine_groups(rt_idx, m_idx, len(names))
     f = np.ones(len(names))
     lines = np.zeros((len(runtimes), 2))  # (slope, intercept)
     for _ in range(100):
@@ -130,7 +157,8 @@ def fit_host_overhead(rows: Iterable[dict[str, str]]) -> dict[str, dict[str, Any
         line = lines[rt_idx, 1] + lines[rt_idx, 0] * x
         f = np.array([(w * y * line)[m_idx == j].sum() / (w * line * line)[m_idx == j].sum()
                       for j in range(len(names))])
-        f /= np.exp(np.log(f).mean())
+        for group in groups:  # each set of machines tied by shared runtimes: its factors' mean is 1
+            f[group] /= np.exp(np.log(f[group]).mean())
     out: dict[str, dict[str, Any]] = {}
     for k, rt in enumerate(runtimes):
         sel = rt_idx == k
@@ -145,6 +173,31 @@ def fit_host_overhead(rows: Iterable[dict[str, str]]) -> dict[str, dict[str, Any
                    "leases": len(seen), "lease_factors": {n: float(f[names.index(n)]) for n in seen},
                    "max_residual_s": float(np.abs(fitted - y[sel]).max())}
     return out
+
+
+def _machine_groups(rt_idx, m_idx, machines: int) -> list[list[int]]:
+    """The machines in groups joined by a runtime measured on both (connected components). A
+    group's factors are fixed only relative to each other: machines that share no runtime with
+    another group (train_3d.py's rows and train_hf_parallel.py's came from different machines)
+    are normalised on their own, so adding one group leaves another's lines unchanged."""
+    parent = list(range(machines))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[int, int] = {}
+    for rt, m in zip(rt_idx.tolist(), m_idx.tolist(), strict=True):
+        if rt in first:
+            parent[root(m)] = root(first[rt])
+        else:
+            first[rt] = m
+    out: dict[int, list[int]] = {}
+    for m in range(machines):
+        out.setdefault(root(m), []).append(m)
+    return list(out.values())
 
 
 def read_rows(paths: Sequence[str]) -> list[dict[str, str]]:
@@ -162,7 +215,8 @@ def read_rows(paths: Sequence[str]) -> list[dict[str, str]]:
             if None in r.values() or None in r:  # csv.DictReader's fill for a short or long row
                 raise ConfigError(f"{p}:{i}", f"has {len([v for v in r.values() if v is not None])} fields, "
                                   f"the header {len(got[0])}")
-        rows += got
+        # a table without a lease column is one machine's, named by its file
+        rows += [r if r.get("lease") else {**r, "lease": f"{Path(p).parent.name}/{Path(p).stem}"} for r in got]
     return rows
 
 
@@ -173,7 +227,7 @@ def load_host_overhead(path: str | Path) -> dict[str, dict]:
         data = json.loads(p.read_text())
         runtimes = data["runtimes"]
         for rt, v in runtimes.items():
-            if rt not in OVERLAP or v["overlap"] not in ("serial", "overlapped"):
+            if rt not in OVERLAP or v["overlap"] not in ("serial", "overlapped", "ahead"):
                 raise ValueError(f"unknown runtime {rt!r} or overlap {v.get('overlap')!r}")
             for key in ("per_layer_s", "per_iteration_s"):
                 if not (isinstance(v[key], (int, float)) and v[key] >= 0):
@@ -208,7 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     devices = sorted({r["device"] for r in rows})
     doc = {"source": [Path(p).name for p in args.csv], "devices": devices,
-           "model": "host seconds per iteration = per_iteration_s + per_layer_s * layers * micro_batches",
+           "model": "host seconds per iteration = per_iteration_s + per_layer_s * layer-steps on the critical path "
+                    "(layers * micro_batches without a pipeline)",
            "runtimes": table}
     Path(args.out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     for rt, v in table.items():

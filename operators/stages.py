@@ -133,7 +133,8 @@ class StagePlan:
     # per rank. None: not sharded.
     fsdp: FSDPUnits | None = None
     # The PyTorch runtime whose host (CPU) cost the profile may know (calibration.host_overhead):
-    # "eager", "dtensor_tp", ...; None: not modelled (Megatron's kernels are priced alone).
+    # "eager", "dtensor_tp", "megatron_eager", ...; None: not modelled (Megatron-Core's fused
+    # kernels are priced by their GPU work alone: their host cost was not measured).
     runtime: str | None = None
     # Megatron sequence parallelism: each of the MP syncs is a reduce-scatter plus an all-gather of
     # ``mp_allreduce_entries`` (each rank keeps or brings 1/mp of them) instead of an all-reduce
@@ -331,8 +332,16 @@ def build_stage_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism
             tp_overlap_gemms=_encoder_gemms(enc) if sp and par.tp_comm_overlap else None,
             cp_ring=CPRing(ranks=cp, kv_entries=2 * b * l * kv_heads_per_rank(model, mp) * model.head_dim,
                            attention=core[0], layers=n) if cp > 1 else None,
+            runtime=None if training.fused_kernels or cp > 1 else megatron_runtime(mp, par.pp),
         ))
     return tuple(plans)
+
+
+def megatron_runtime(mp: int, pp: int) -> str:
+    """The host runtime of Megatron's layer in eager PyTorch ops (validation/train_3d.py measured
+    it): its tensor-parallel autograd functions and collectives, and its pipeline's P2P, each add
+    host work per layer (calibration/host_overhead.py)."""
+    return "megatron_eager" + ("_tp" if mp > 1 else "") + ("_pp" if pp > 1 else "")
 
 
 #: bytes per parameter of autograd accumulation into a 16-bit .grad (read both, write one), and of

@@ -251,8 +251,11 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
     def extra(host: float, gpu: float) -> float:
         return host if serial else max(0.0, host - gpu)
 
+    ahead = entry["overlap"] == "ahead"
+    host_bound = (host_f + host_b > fwd_s + mp_fwd + bwd_s + mp_bwd if ahead
+                  else host_f > fwd_s + mp_fwd or host_b > bwd_s + mp_bwd)
     factors = entry.get("lease_factors") or {}
-    if len(factors) > 1 and (serial or host_f > fwd_s + mp_fwd or host_b > bwd_s + mp_bwd):
+    if len(factors) > 1 and (serial or host_bound):
         lo, hi = min(factors.values()), max(factors.values())
         notes.append(f"the {plan.runtime} runtime's host (CPU) work sets the pace of its steps; that host cost "
                      f"differed x{lo:.2f} to x{hi:.2f} between the {len(factors)} machines of this kind measured "
@@ -268,6 +271,15 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
             if prices is not None and plan.runtime in FLOW_SHOP_RUNTIMES and not serial else None)
     if shop is not None:
         extra_f, extra_b, backlog = shop
+    elif ahead:
+        # no host-GPU synchronisation inside the iteration: the host runs ahead over a whole
+        # micro-batch, so only its excess over the micro-batch's GPU work shows (a per-step max
+        # would add the forward's and the backward's excesses though the totals balance)
+        gpu = fwd_s + mp_fwd + bwd_s + mp_bwd
+        excess = max(0.0, host_f + host_b - gpu)
+        extra_f = excess * host_f / per_mb if per_mb > 0 else 0.0
+        extra_b = excess - extra_f
+        backlog = max(0.0, gpu - (host_f + host_b))
     else:
         extra_f, extra_b = extra(host_f, fwd_s + mp_fwd), extra(host_b, bwd_s + mp_bwd)
         backlog = max(0.0, (fwd_s + mp_fwd + bwd_s + mp_bwd) - (host_f + host_b))

@@ -6,7 +6,14 @@ import dataclasses
 
 import pytest
 
-from trainsim.calibration.host_overhead import fit_host_overhead, load_host_overhead, main, runtime_of
+from trainsim.calibration.host_overhead import (
+    fit_host_overhead,
+    load_host_overhead,
+    main,
+    read_rows,
+    row_runtime,
+    runtime_of,
+)
 from trainsim.operators import ConfigError, ModelSpec, Parallelism, TrainingSpec, build_stage_plans
 from trainsim.sim.costs import _host_fields
 
@@ -87,12 +94,82 @@ def test_overlapped_host_adds_only_its_excess_over_the_gpu():
     assert serial["host_fwd_extra_s"] == pytest.approx(0.004) and serial["host_update_s"] == pytest.approx(0.010)
 
 
-def test_gpu_bound_steps_get_no_host_time_and_megatron_plans_none():
+def test_gpu_bound_steps_get_no_host_time():
     eager = _host_fields(_Profile("overlapped"), _plan(1), 0.010, 0.020, 0.0, 0.0, 0.005, [])
     assert eager["host_fwd_extra_s"] == 0.0 and eager["host_bwd_extra_s"] == 0.0
-    megatron = build_stage_plans(ModelSpec("m", hidden=256, heads=4, layers=4, seq_len=128), TrainingSpec(),
-                                 Parallelism())[0]
-    assert _host_fields(_Profile("overlapped"), megatron, 0.01, 0.02, 0.0, 0.0, 0.0, []) == {}
+
+
+@pytest.mark.parametrize(("kernels", "mp", "pp", "runtime"), [
+    ("eager", 1, 1, "megatron_eager"), ("eager", 2, 1, "megatron_eager_tp"), ("eager", 1, 2, "megatron_eager_pp"),
+    ("eager", 4, 2, "megatron_eager_tp_pp"), ("fused", 2, 1, None)])
+def test_megatron_plans_in_eager_ops_name_their_runtime_and_fused_kernels_none(kernels, mp, pp, runtime):
+    # train_3d.py measured the eager layer's host; Transformer Engine's fused one was not measured
+    model = ModelSpec("m", hidden=256, heads=4, layers=8, seq_len=128)
+    tr = TrainingSpec(precision="bf16", kernels=kernels)
+    plans = build_stage_plans(model, tr, Parallelism(mp=mp, pp=pp))
+    assert {p.runtime for p in plans} == {runtime}
+    if runtime is None:
+        assert _host_fields(_Profile("overlapped"), plans[0], 0.01, 0.02, 0.0, 0.0, 0.0, []) == {}
+
+
+def test_a_train_3d_row_runs_the_megatron_runtime_along_its_longest_stage():
+    row = {"layout": "pp2-mp2-dp1", "pp": "2", "mp": "2", "dp": "1", "layers": "16", "micro_batches": "8"}
+    # the encoder split gives the stages 9 and 7 layers; 1F1B's critical path is m + pp - 1 stage steps
+    assert row_runtime(row) == ("megatron_eager_tp_pp", 9 * (8 + 2 - 1))
+    assert row_runtime({**row, "layout": "pp1-mp1-dp2", "pp": "1", "mp": "1"}) == ("megatron_eager", 16 * 8)
+    assert row_runtime(_row("tp2", 4, 2, 0.1)) == ("dtensor_tp", 8)
+
+
+def test_machines_sharing_no_runtime_are_normalised_apart():
+    # train_hf_parallel.py rows on machines A (0.8x) and B (1.25x); train_3d.py rows on machine Z
+    # only: adding Z's runtime leaves the others' lines and factors as they were, Z's factor is 1
+    def line(L: int, m: int) -> float:
+        return 0.020 + 0.003 * L * m
+
+    hf = [{**_row("tp2", L, m, 0.8 * line(L, m)), "lease": "A"} for L, m in ((4, 4), (8, 4), (4, 8))]
+    hf += [{**_row("tp4", L, m, 1.25 * line(L, m)), "lease": "B"} for L, m in ((4, 4), (8, 8))]
+    t3d = [{"layout": "pp1-mp1-dp1", "pp": "1", "mp": "1", "dp": "1", "layers": str(L), "micro_batches": str(m),
+            "min_s": str(0.004 + 0.0011 * L * m), "device": "GPU", "lease": "Z"} for L, m in ((4, 2), (16, 8))]
+    alone, both = fit_host_overhead(hf), fit_host_overhead(hf + t3d)
+    assert both["dtensor_tp"] == alone["dtensor_tp"]
+    assert both["dtensor_tp"]["lease_factors"] == pytest.approx({"A": 0.8, "B": 1.25}, rel=1e-6)
+    assert both["megatron_eager"]["lease_factors"] == {"Z": 1.0}
+    assert both["megatron_eager"]["per_layer_s"] == pytest.approx(0.0011, rel=1e-9)
+    assert both["megatron_eager"]["overlap"] == "ahead"
+
+
+def test_a_table_without_a_lease_column_is_the_machine_of_its_file(tmp_path):
+    d = tmp_path / "machineZ"
+    d.mkdir()
+    src = d / "tiny.csv"
+    src.write_text("layout,pp,mp,dp,layers,micro_batches,min_s,device\n"
+                   "pp1-mp2-dp1,1,2,1,4,2,0.025,GPU\npp1-mp2-dp1,1,2,1,16,8,0.330,GPU\n")
+    (rows,) = [read_rows([str(src)])]
+    assert {r["lease"] for r in rows} == {"machineZ/tiny"}
+    assert fit_host_overhead(rows)["megatron_eager_tp"]["lease_factors"] == {"machineZ/tiny": 1.0}
+
+
+def test_a_host_running_ahead_pays_only_its_excess_over_a_whole_micro_batch():
+    # megatron_eager: 4 layers x 3 ms = 12 ms of host per micro-batch, split like the GPU compute
+    prof = _Profile("ahead")
+    prof.host_overhead = {"megatron_eager": {"per_layer_s": 0.003, "per_iteration_s": 0.0, "overlap": "ahead"}}
+    plan = build_stage_plans(ModelSpec("m", hidden=256, heads=4, layers=4, seq_len=128),
+                             TrainingSpec(precision="bf16", kernels="eager"), Parallelism())[0]
+    # GPU 3 + 1 (MP) + 9 = 13 ms against the host's 12: nothing shows
+    balanced = _host_fields(prof, plan, fwd_s=0.003, bwd_s=0.009, mp_fwd=0.001, mp_bwd=0.0, update_s=0.0, notes=[])
+    assert balanced["host_fwd_s"] == pytest.approx(0.003) and balanced["host_bwd_s"] == pytest.approx(0.009)
+    assert balanced["host_fwd_extra_s"] == 0.0 and balanced["host_bwd_extra_s"] == 0.0
+    # GPU 1 + 5 = 6 ms: 12 - 6 = 6 ms show, split 1:5 like the host's work
+    skewed = _host_fields(prof, plan, fwd_s=0.001, bwd_s=0.005, mp_fwd=0.0, mp_bwd=0.0, update_s=0.0, notes=[])
+    assert skewed["host_fwd_extra_s"] == pytest.approx(0.001) and skewed["host_bwd_extra_s"] == pytest.approx(0.005)
+    # host 4 + 8 ms; GPU forward 1 + 4 (MP) = 5 ms, backward 2 ms: a per-step max would add 0 + 6 ms,
+    # a host running ahead over the micro-batch adds 12 - 7 = 5 ms
+    over = _host_fields(prof, plan, fwd_s=0.001, bwd_s=0.002, mp_fwd=0.004, mp_bwd=0.0, update_s=0.0, notes=[])
+    assert over["host_fwd_extra_s"] + over["host_bwd_extra_s"] == pytest.approx(0.005)
+    assert over["host_fwd_extra_s"] == pytest.approx(0.005 / 3)
+    prof.host_overhead["megatron_eager"]["overlap"] = "overlapped"  # the per-step rule, for contrast
+    per_step = _host_fields(prof, plan, fwd_s=0.001, bwd_s=0.002, mp_fwd=0.004, mp_bwd=0.0, update_s=0.0, notes=[])
+    assert (per_step["host_fwd_extra_s"], per_step["host_bwd_extra_s"]) == (0.0, pytest.approx(0.006))
 
 
 def test_a_runtime_without_a_measurement_is_a_note():
@@ -331,3 +408,25 @@ def test_the_shipped_checkpoint_cost_is_what_its_command_fits(tmp_path):
     got = json.loads(out.read_text())["runtimes"]["eager"]["checkpoint_s"]
     assert got == shipped["runtimes"]["eager"]["checkpoint_s"]
     assert 0.001 < got < 0.003
+
+
+def test_the_shipped_host_table_is_what_its_command_fits(tmp_path, monkeypatch):
+    # the command in calibration/host_overhead.py's doc, on the files the table names
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    shipped_path = root / "calibration" / "profiles" / "h100-sxm-bf16" / "host_overhead.json"
+    shipped = json.loads(shipped_path.read_text())
+    sources = sorted(root.glob("validation/measured_hf_parallel_h100_host_*.csv"))
+    sources += sorted(root.glob("validation/train3d_host_h*_2gpu/tiny.csv"))
+    assert sorted(p.name for p in sources) == sorted(shipped["source"])
+    out = tmp_path / "host.json"
+    monkeypatch.chdir(root)  # a lease-less file's machine is named by its folder and stem
+    assert main([str(p.relative_to(root)) for p in sources] + ["--out", str(out)]) == 0
+    fitted = json.loads(out.read_text())["runtimes"]
+    assert set(fitted) == set(shipped["runtimes"])
+    for rt, v in shipped["runtimes"].items():
+        assert fitted[rt]["per_layer_s"] == pytest.approx(v["per_layer_s"], rel=1e-9), rt
+        assert fitted[rt]["per_iteration_s"] == pytest.approx(v["per_iteration_s"], rel=1e-9, abs=1e-12), rt
+        assert fitted[rt]["lease_factors"] == pytest.approx(v["lease_factors"], rel=1e-9), rt

@@ -123,6 +123,29 @@ def test_recompute_and_timing_row(tmp_path):
     assert 0 < float(r["min_s"]) <= float(r["median_s"]) and float(r["max_mem_gib"]) > 0
 
 
+def test_a_micro_batch_sweep_times_each_count_in_one_launch(tmp_path):
+    """--sweep-micro-batches: a row per count, in order; the first count's step is still the reference's."""
+    cfg = t3d.Config(mp=2, **MODEL)
+    out = tmp_path / "sweep.csv"
+    _launch(tmp_path, 1, 2, 1, f"--sweep-micro-batches={MODEL['micro_batches']},1", f"--dump={tmp_path / 'dump'}",
+            f"--out={out}")
+    loss, params = _assemble(tmp_path / "dump", cfg)
+    ref_loss, ref = t3d.reference_step(cfg)
+    assert loss == pytest.approx(ref_loss, rel=RTOL)
+    for name, want in ref.items():
+        torch.testing.assert_close(params[name], want, rtol=RTOL, atol=ATOL, msg=name)
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["layout"], r["micro_batches"]) for r in rows] == [("pp1-mp2-dp1", "3"), ("pp1-mp2-dp1", "1")]
+    assert all(float(r["min_s"]) > 0 for r in rows)
+
+
+@pytest.mark.parametrize("bad", ["0,2", "a", "2,,4"])
+def test_a_bad_sweep_is_one_line_and_exit_2(bad, capsys):
+    assert t3d.main([f"--sweep-micro-batches={bad}", "--backend=gloo"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--sweep-micro-batches" in err[0]
+
+
 def test_config_rejects_bad_layouts():
     from trainsim.operators.errors import ConfigError
 
