@@ -254,7 +254,9 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
     ahead = entry["overlap"] == "ahead"
     host_bound = (host_f + host_b > fwd_s + mp_fwd + bwd_s + mp_bwd if ahead
                   else host_f > fwd_s + mp_fwd or host_b > bwd_s + mp_bwd)
-    factors = entry.get("lease_factors") or {}
+    # the spread of the host's speed is the machines', whichever runtime measured it (two machines
+    # that agree on one runtime do not make the kind's hosts agree)
+    factors = {m: f for e in table.values() for m, f in (e.get("lease_factors") or {}).items()}
     if len(factors) > 1 and (serial or host_bound):
         lo, hi = min(factors.values()), max(factors.values())
         notes.append(f"the {plan.runtime} runtime's host (CPU) work sets the pace of its steps; that host cost "

@@ -430,3 +430,13 @@ def test_the_shipped_host_table_is_what_its_command_fits(tmp_path, monkeypatch):
         assert fitted[rt]["per_layer_s"] == pytest.approx(v["per_layer_s"], rel=1e-9), rt
         assert fitted[rt]["per_iteration_s"] == pytest.approx(v["per_iteration_s"], rel=1e-9, abs=1e-12), rt
         assert fitted[rt]["lease_factors"] == pytest.approx(v["lease_factors"], rel=1e-9), rt
+
+
+def test_a_host_bound_note_gives_the_spread_of_every_machine_measured():
+    # two machines agreeing on one runtime do not make the kind's hosts agree
+    prof = _Profile("overlapped")
+    prof.host_overhead["dtensor_tp"]["lease_factors"] = {"Q": 0.99, "R": 1.01}
+    prof.host_overhead["eager"]["lease_factors"] = {"A": 0.85, "B": 1.16}
+    notes: list[str] = []
+    _host_fields(prof, _plan(2), 0.002, 0.004, 0.001, 0.0, 0.004, notes)
+    assert len(notes) == 1 and "x0.85 to x1.16" in notes[0] and "4 machines" in notes[0]
