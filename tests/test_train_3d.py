@@ -106,16 +106,20 @@ def test_reference_catches_a_wrong_update():
     assert loss2 != pytest.approx(loss, rel=1e-4)
 
 
+def _assert_is_the_reference_step(dump: Path, cfg) -> None:
+    loss, params = _assemble(dump, cfg)
+    ref_loss, ref = t3d.reference_step(cfg)
+    assert loss == pytest.approx(ref_loss, rel=RTOL)
+    for name, want in ref.items():
+        torch.testing.assert_close(params[name], want, rtol=RTOL, atol=ATOL, msg=name)
+
+
 def test_recompute_and_timing_row(tmp_path):
     """--recompute gives the same step; the CSV row has the documented columns."""
     cfg = t3d.Config(pp=2, mp=1, dp=1, recompute=True, **MODEL)
     out = tmp_path / "measured_3d.csv"
     _launch(tmp_path, 2, 1, 1, "--recompute", f"--dump={tmp_path / 'dump'}", f"--out={out}")
-    loss, params = _assemble(tmp_path / "dump", cfg)
-    ref_loss, ref = t3d.reference_step(cfg)
-    assert loss == pytest.approx(ref_loss, rel=RTOL)
-    for name, want in ref.items():
-        torch.testing.assert_close(params[name], want, rtol=RTOL, atol=ATOL, msg=name)
+    _assert_is_the_reference_step(tmp_path / "dump", cfg)
     rows = list(csv.DictReader(out.open()))
     assert tuple(rows[0]) == t3d.COLUMNS and len(rows) == 1
     r = rows[0]
@@ -129,11 +133,7 @@ def test_a_micro_batch_sweep_times_each_count_in_one_launch(tmp_path):
     out = tmp_path / "sweep.csv"
     _launch(tmp_path, 1, 2, 1, f"--sweep-micro-batches={MODEL['micro_batches']},1", f"--dump={tmp_path / 'dump'}",
             f"--out={out}")
-    loss, params = _assemble(tmp_path / "dump", cfg)
-    ref_loss, ref = t3d.reference_step(cfg)
-    assert loss == pytest.approx(ref_loss, rel=RTOL)
-    for name, want in ref.items():
-        torch.testing.assert_close(params[name], want, rtol=RTOL, atol=ATOL, msg=name)
+    _assert_is_the_reference_step(tmp_path / "dump", cfg)
     rows = list(csv.DictReader(out.open()))
     assert [(r["layout"], r["micro_batches"]) for r in rows] == [("pp1-mp2-dp1", "3"), ("pp1-mp2-dp1", "1")]
     assert all(float(r["min_s"]) > 0 for r in rows)
