@@ -47,7 +47,7 @@ train_hf_parallel.py runtime, so their factors are normalised among themselves
 (:func:`_machine_groups`).
 
     python -m trainsim.calibration.host_overhead validation/measured_hf_parallel_h100_host_*.csv \\
-        validation/train3d_host_h*_2gpu/tiny.csv --out calibration/profiles/h100-sxm-bf16/host_overhead.json
+        validation/train3d_host_h*/tiny.csv --out calibration/profiles/h100-sxm-bf16/host_overhead.json
 """
 
 from __future__ import annotations
@@ -261,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"host_overhead: error: {e}", file=sys.stderr)
         return 2
     devices = sorted({r["device"] for r in rows})
-    doc = {"source": [Path(p).name for p in args.csv], "devices": devices,
+    doc = {"source": [Path(p).as_posix() for p in args.csv], "devices": devices,
            "model": "host seconds per iteration = per_iteration_s + per_layer_s * layer-steps on the critical path "
                     "(layers * micro_batches without a pipeline)",
            "runtimes": table}

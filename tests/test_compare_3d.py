@@ -121,10 +121,10 @@ def test_the_measured_3d_tables_peak_memory():
 
 
 def test_the_trainers_host_paces_the_small_tensor_parallel_rows():
-    # validation/train_3d.py's host, measured at tiny shapes on two 2-GPU machines
-    # (validation/train3d_host_*_2gpu/, the megatron_eager* lines of the H100 profile's host table),
-    # priced on every measured 3D table, 53 rows on six machines: 3.85 % pooled (4.54 % when the
-    # Megatron path priced the GPU work alone), and the 4-GPU mp4 row at d2048 -4.9 % (was -43.1 %)
+    # validation/train_3d.py's host, measured at tiny shapes on three 2-GPU machines
+    # (validation/train3d_host_*/, the megatron_eager* lines of the H100 profile's host table),
+    # priced on every measured 3D table, 53 rows on six machines: 3.75 % pooled (4.54 % when the
+    # Megatron path priced the GPU work alone), and the 4-GPU mp4 row at d2048 -9.3 % (was -43.1 %)
     from pathlib import Path
 
     from trainsim.scenarios import compare_multi
@@ -137,5 +137,5 @@ def test_the_trainers_host_paces_the_small_tensor_parallel_rows():
         for r in compare_multi.rows(root / name):
             errs[name, r["layout"], r["shape"]] = r["simulated_err_pct"]
     assert len(errs) == 53
-    assert sum(abs(e) for e in errs.values()) / len(errs) < 4.2
+    assert sum(abs(e) for e in errs.values()) / len(errs) < 4.1
     assert abs(errs["measured_3d_h200_4gpu.csv", "pp1-mp4-dp1", "d2048-L8-b2"]) < 10
