@@ -80,7 +80,20 @@ from trainsim.operators.ops import (
 # 4: a residual add's backward has no FLOPs (operators.ops.flops): the efficiency models' roofline,
 # and so every slowdown fitted against it, changed for that operator; an efficiency regressor keeps
 # its samples' smallest slowdown (summary "slowdown_min"), its prediction's floor
-FORMAT_VERSION = 4
+# 5: profile.model "monotone": an efficiency regressor that predicts time / roofline**a from the
+# features and the log roofline under monotone constraints (summary "roofline_exponent")
+FORMAT_VERSION = 5
+#: The efficiency models: the slowdown over the roofline, unconstrained ("efficiency", the default) or
+#: monotone in the work ("monotone", ROOFLINE_EXPONENT)
+EFFICIENCY_MODELS = frozenset({"efficiency", "monotone"})
+#: A "monotone" regressor fits log(time) - a * log(roofline) under monotone constraints (more work is
+#: never faster), the log roofline one of its features: time = roofline**a * exp(f), f non-decreasing
+#: in every size and in the roofline, so the time is too, while inside a leaf the time still grows as
+#: the roofline**a. a = 1 would force the slowdown to grow with the work; a = 0 is the monotone
+#: duration model with the roofline as a feature. Chosen by the median validation MAPE over the
+#: h100-sxm-bf16 profile's 88 operator regressors (80/20 split, the boosted candidate): a = 0: 7.96 %,
+#: 0.5: 6.08 %, 0.8: 5.68 %, 0.9: 6.61 % (the unconstrained slowdown: 5.05 %); docs/efficiency.md.
+ROOFLINE_EXPONENT = 0.8
 MANIFEST_FILE = "manifest.json"
 ARRAYS_FILE = "regressors.bin"
 _ALIGN = 64
@@ -213,7 +226,7 @@ class FittedProfile:
         Only an efficiency profile can transfer. Its collectives, host costs and interference were
         measured on the source machine and are dropped: collectives fall back to the topology's
         closed forms (and say so)."""
-        if self.model != "efficiency" or self.roofline is None:
+        if self.model not in EFFICIENCY_MODELS or self.roofline is None:
             raise ConfigError("profile", f"profile '{self.name}' is not an efficiency profile; only one can be "
                                          f"transferred to another GPU")
         other = copy.copy(self)
@@ -233,6 +246,8 @@ class FittedProfile:
         scale_up = (self.extrapolate == "work" and exponents is not None and not slowdown
                     and not isinstance(reg.ensemble, LogLogCurve))
         for j, fname in enumerate(names):
+            if fname == "log roofline":  # derived from the features, which carry the warning
+                continue
             col = X[:, j]
             lo, hi = reg.feature_min[j], reg.feature_max[j]
             bad = (col < lo) | (col > hi)
@@ -257,7 +272,7 @@ class FittedProfile:
                     f"profile '{self.name}': {label} feature {fname} = {worst:g} is outside the sampled range "
                     f"[{lo:g}, {hi:g}]; {how}"), stacklevel=3)
         us = reg.ensemble.predict(X)
-        if slowdown and "slowdown_min" in reg.summary:
+        if slowdown and "slowdown_min" in reg.summary and "roofline_exponent" not in reg.summary:
             # an efficiency never above the best a sample of the operator reached: boosted trees add
             # their leaves' corrections and can overshoot between samples (a residual add's backward,
             # measured at 1.29-1.45 us, was priced 0.65 us at shapes inside its range)
@@ -274,6 +289,22 @@ class FittedProfile:
                                          f"{us[~(np.isfinite(us) & (us >= 0))][0]!r} us")
         return us if slowdown else us * 1e-6
 
+    def _monotone_slowdown(self, key: str, X: np.ndarray, roof: np.ndarray, label: str,
+                           names: Sequence[str]) -> np.ndarray:
+        """The slowdown over the measured GPU's roofline ``roof`` (seconds) of a monotone efficiency
+        regressor (:data:`ROOFLINE_EXPONENT`): ``exp(f(x, log roof)) * roof**(a - 1)``.
+
+        Outside the roofline's sampled range the roofline in that factor is held at the edge, so the
+        efficiency at the edge is held and the time scales with the roofline, as for every feature
+        (the trees hold their edge values): the time stays non-decreasing in the work across it."""
+        reg = self.regressors[key]
+        a = float(reg.summary["roofline_exponent"])
+        log_roof = np.log(roof)
+        scaled = self._predict(key, np.column_stack([X, log_roof]), label, (*names, "log roofline"))
+        held = np.clip(log_roof, reg.feature_min[-1], reg.feature_max[-1])
+        # never more efficient than any sample of the operator was (see _predict)
+        return np.maximum(scaled * np.exp((a - 1.0) * held), reg.summary["slowdown_min"])
+
     def op_seconds(self, ops: Sequence[Op], direction: Direction) -> np.ndarray:
         direction = Direction(direction)
         out = np.empty(len(ops))
@@ -286,9 +317,15 @@ class FittedProfile:
                 raise NoSamplesError("profile", f"profile '{self.name}' has no samples for operator {kind.value} "
                                                 f"({direction.value})", kind.value)
             X = np.array([features(ops[i]) for i in idx], dtype=np.float64)
-            pred = self._predict(key, X, f"operator {kind.value} ({direction.value})", FEATURE_NAMES[kind],
-                                 work_exponents(kind))
-            if self.regressors[key].summary.get("target") == "slowdown":
+            reg = self.regressors[key]
+            if "roofline_exponent" in reg.summary:
+                assert self.roofline is not None  # the measured GPU's, whose roofline is a feature
+                pred = self._monotone_slowdown(key, X, self.roofline.seconds_of([ops[i] for i in idx], direction),
+                                               f"operator {kind.value} ({direction.value})", FEATURE_NAMES[kind])
+            else:
+                pred = self._predict(key, X, f"operator {kind.value} ({direction.value})", FEATURE_NAMES[kind],
+                                     work_exponents(kind))
+            if reg.summary.get("target") == "slowdown":
                 assert self.target is not None  # an efficiency profile always has its roofline
                 group = [ops[i] for i in idx]
                 # The slowdown is over max(launch, work); a GPU-only sample may run under the launch
@@ -442,8 +479,9 @@ class _LazyRegressors(Mapping[str, Regressor]):
                               else TreeEnsemble(**arrays, **e["ensemble"]))
             summary = {k: e[k] for k in ("kind", "params", "validation_mape", "candidate_mape", "n")}
             summary["target"] = e.get("target", "duration")
-            if "slowdown_min" in e:
-                summary["slowdown_min"] = e["slowdown_min"]
+            for k in ("slowdown_min", "roofline_exponent"):
+                if k in e:
+                    summary[k] = e[k]
             reg = self._loaded[key] = Regressor(ens, np.asarray(e["feature_min"], dtype=np.float64),
                                                 np.asarray(e["feature_max"], dtype=np.float64), summary)
         return reg
@@ -469,7 +507,8 @@ def _finite_or_none(x: float) -> float | None:
 
 
 def _fit_one(X: np.ndarray, y: np.ndarray, random_state: int, candidates,
-             monotonic_cst: Sequence[int] | None = None, target: str = "duration") -> Regressor:
+             monotonic_cst: Sequence[int] | None = None, target: str = "duration",
+             slowdowns: np.ndarray | None = None, roofline_exponent: float | None = None) -> Regressor:
     from trainsim.calibration.select import OperatorRegressor
 
     # a constrained fit is on log durations (select's module doc: raw ones fit badly under
@@ -480,7 +519,10 @@ def _fit_one(X: np.ndarray, y: np.ndarray, random_state: int, candidates,
                "candidate_mape": [_finite_or_none(s) for s in r.candidate_mape_], "n": int(r.n_samples_),
                "target": target}
     if target == "slowdown":  # the best efficiency any sample of the operator reached (see _predict)
-        summary["slowdown_min"] = float(np.min(y))
+        assert slowdowns is not None
+        summary["slowdown_min"] = float(np.min(slowdowns))
+        if roofline_exponent is not None:
+            summary["roofline_exponent"] = roofline_exponent
     return Regressor(r.to_ensemble(), r.feature_min_.copy(), r.feature_max_.copy(), summary)
 
 
@@ -528,18 +570,21 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
     global fit_calls
     if collective_model not in ("tree", "auto"):
         raise ValueError(f"collective_model must be 'tree' or 'auto', got {collective_model!r}")
-    if model not in ("duration", "efficiency"):
-        raise ConfigError("profile.model", f"must be duration or efficiency, got {model!r}")
-    if model == "efficiency" and roofline is None:
+    if model not in MODELS:
+        raise ConfigError("profile.model", f"must be one of {', '.join(MODELS)}, got {model!r}")
+    if model in EFFICIENCY_MODELS and roofline is None:
         raise ValueError("an efficiency profile needs the roofline of the GPU its samples were measured on")
     fit_calls += 1
     data: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
     for s in compute_rows:
         xs, ys = data[_op_key(s.op.kind, s.direction)]
-        xs.append(features(s.op))
-        # a slowdown: the measured time over the roofline's (both in seconds)
-        ys.append(s.duration_us if roofline is None or model == "duration"
-                  else s.duration_us * 1e-6 / roofline.seconds(s.op, s.direction))
+        if roofline is None or model == "duration":
+            xs.append(features(s.op))
+            ys.append(s.duration_us)
+        else:  # (features, log roofline) -> the measured time and its roofline (seconds)
+            r = roofline.seconds(s.op, s.direction)
+            xs.append((*features(s.op), math.log(r)))
+            ys.append((s.duration_us * 1e-6, r))
     for c in collective_rows:
         xs, ys = data[_coll_key(c.coll.kind, c.coll.nodes, c.coll.gpus_per_node)]
         xs.append((float(c.coll.entries),))
@@ -557,13 +602,23 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
         if kind is not None and collective_model == "auto" and np.unique(X[:, 0]).size >= MIN_SIZES:
             return _fit_curve(kind, X, y)
         cst = None
-        slowdown = kind is None and model == "efficiency"
-        if monotone and not slowdown:
+        slowdown = kind is None and model in EFFICIENCY_MODELS
+        if monotone and not slowdown or slowdown and model == "monotone":
             from trainsim.calibration.select import monotone_constraints
 
             names = COLLECTIVE_FEATURES if kind is not None else FEATURE_NAMES[OpKind(key.split(":")[1])]
             cst = monotone_constraints(names)
-        return _fit_one(X, y, random_state, candidates, cst, "slowdown" if slowdown else "duration")
+        if slowdown:
+            time_s, roof = y[:, 0], y[:, 1]
+            if model == "efficiency":  # the slowdown on the features, unconstrained
+                return _fit_one(X[:, :-1], time_s / roof, random_state, candidates, None, "slowdown",
+                                slowdowns=time_s / roof)
+            # time / roofline**a on (features, log roofline), non-decreasing in the roofline too
+            # (ROOFLINE_EXPONENT); the slowdowns' floor is kept for the prediction
+            assert cst is not None
+            return _fit_one(X, time_s / roof ** ROOFLINE_EXPONENT, random_state, candidates, (*cst, 1),
+                            "slowdown", slowdowns=time_s / roof, roofline_exponent=ROOFLINE_EXPONENT)
+        return _fit_one(X, y, random_state, candidates, cst, "duration")
 
     t0 = time.perf_counter()
     regs: dict[str, Regressor] = {}
@@ -582,7 +637,7 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
                 progress(1)
     meta = {"random_state": random_state, "versions": library_versions(), "features": features_fingerprint(),
             "collective_model": _collective_tag(collective_model), "monotone": monotone, "model": model,
-            **({"roofline": roofline.to_dict()} if model == "efficiency" and roofline is not None else {}),
+            **({"roofline": roofline.to_dict()} if model in EFFICIENCY_MODELS and roofline is not None else {}),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "fit_seconds": round(time.perf_counter() - t0, 3),
             **(manifest or {})}
     return FittedProfile(name, regs, meta)
@@ -667,13 +722,13 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
                 monotone: bool = False, model: str = "duration", gpu: str | None = None,
                 launch_s: float | None = None, candidates: str = "paper") -> FittedProfile:
     """Load the cached fit or fit and cache it (``candidates``: "paper", select.DEFAULT_CANDIDATES, or
-    "fast", grids.FAST_CANDIDATES). ``model="efficiency"`` needs ``gpu`` (a
+    "fast", grids.FAST_CANDIDATES). An efficiency or monotone ``model`` needs ``gpu`` (a
     topology preset); its launch floor is ``launch_s``, else the fastest sample."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[-60:]
-    tag = "-eff" if model == "efficiency" else ""
+    tag = {"efficiency": "-eff", "monotone": "-mono"}.get(model, "")
     path = cache_root(cache_dir) / f"{slug}{tag}-{hash_[:12]}"
     if _cache_valid(path, hash_, random_state, collective_model, monotone, model,
-                    gpu if model == "efficiency" else None, candidates):
+                    gpu if model in EFFICIENCY_MODELS else None, candidates):
         try:
             return FittedProfile.load(path)
         except (ConfigError, OSError, KeyError, ValueError) as e:
@@ -684,7 +739,7 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
     quirks = find_quirks(list(compute), list(colls), name)
     warn_quirks(quirks)
     roofline = None
-    if model == "efficiency":
+    if model in EFFICIENCY_MODELS:
         if gpu is None:
             raise ValueError("an efficiency profile needs its GPU")
         roofline = Roofline.for_gpu(gpu, launch_floor_s(compute, launch_s))
@@ -705,7 +760,8 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
 
 
 def _with_transferred_compute(prof: FittedProfile, source: str, path: Path, reference_dir, cache_dir,
-                              progress: Progress, random_state: int, on_total: Progress) -> FittedProfile:
+                              progress: Progress, random_state: int, on_total: Progress,
+                              model: str = "efficiency") -> FittedProfile:
     """A sample directory of measured collectives whose ``meta.json`` says
     ``"compute_transfer_from": "<profile>"``: its operators are that profile's efficiencies on this
     directory's GPU (its datasheet roofline), its collectives its own."""
@@ -713,11 +769,11 @@ def _with_transferred_compute(prof: FittedProfile, source: str, path: Path, refe
         raise ConfigError(str(path / META_FILE), f"compute_transfer_from must name a measured profile, got {source!r}")
     gpu = gpu_of_samples(read_meta(path / META_FILE), str(path / META_FILE))
     base = load_profile(source, reference_dir, cache_dir, progress, random_state=random_state, on_total=on_total,
-                        model="efficiency")
+                        model=model)
     assert base.roofline is not None
     ops = base.with_target(Roofline.for_gpu(gpu, base.roofline.launch_s), prof.name)
     merged = FittedProfile(prof.name, _Merged(ops.regressors, prof.regressors),
-                           {**prof.manifest, "model": "efficiency", "compute_transfer_from": source,
+                           {**prof.manifest, "model": model, "compute_transfer_from": source,
                             "roofline": ops.target.to_dict() if ops.target else None})
     merged.roofline = base.roofline  # the efficiencies' own GPU; merged.target prices on this one
     merged.target = ops.target
@@ -772,7 +828,7 @@ class _Merged(Mapping[str, Regressor]):
 
 #: the measured profile a ``transfer:<gpu>`` profile takes its efficiencies from
 TRANSFER_SOURCE = "h100-sxm-bf16"
-MODELS = ("duration", "efficiency")
+MODELS = ("duration", "efficiency", "monotone")
 
 
 def default_model(name: str) -> str:
@@ -804,7 +860,7 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
     auto = model is None
     model = default_model(name) if model is None else model
     if model not in MODELS:
-        raise ConfigError("profile.model", f"must be duration or efficiency, got {model!r}")
+        raise ConfigError("profile.model", f"must be one of {', '.join(MODELS)}, got {model!r}")
     if name.startswith("transfer:"):
         from trainsim.topology.hardware import GPU_PRESETS
 
@@ -812,10 +868,11 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
         if gpu not in GPU_PRESETS:
             raise ConfigError("profile.name", f"unknown GPU {gpu!r} in {name!r}; known: "
                                               f"{', '.join(sorted(GPU_PRESETS))}")
-        if model != "efficiency":
-            raise ConfigError("profile.model", f"a transfer profile is an efficiency model; got {model!r}")
+        if model not in EFFICIENCY_MODELS:
+            raise ConfigError("profile.model", f"a transfer profile is an efficiency model (efficiency or "
+                                               f"monotone); got {model!r}")
         source = load_profile(TRANSFER_SOURCE, reference_dir, cache_dir, progress, random_state=random_state,
-                              on_total=on_total, model="efficiency")
+                              on_total=on_total, model=model)
         assert source.roofline is not None
         return source.with_target(Roofline.for_gpu(gpu, source.roofline.launch_s), f"transfer:{gpu}")
     if name.startswith("roofline:"):
@@ -858,7 +915,7 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
         # reference's unconstrained trees, which the paper cases depend on
         gpu = None
         fitted_model = model if (path / COMPUTE_FILE).exists() else "duration"  # collectives only: no roofline
-        if fitted_model == "efficiency":
+        if fitted_model in EFFICIENCY_MODELS:
             meta = read_meta(path / META_FILE) if (path / META_FILE).is_file() else {}
             if auto and gpu_for_meta(meta) is None:
                 fitted_model = "duration"  # samples of a GPU without datasheet peaks: no roofline to scale
@@ -871,7 +928,7 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
         source = meta.get("compute_transfer_from")
         if not (path / COMPUTE_FILE).exists() and isinstance(source, str):
             prof = _with_transferred_compute(prof, source, path, reference_dir, cache_dir, progress, random_state,
-                                             on_total)
+                                             on_total, model if model in EFFICIENCY_MODELS else "efficiency")
         from trainsim.calibration.host_overhead import HOST_FILE, load_host_overhead
 
         host_file = _own_or_borrowed(path, HOST_FILE, meta, "host_overhead_from")

@@ -314,7 +314,7 @@ def find_extrapolated(model: Any, plans: Sequence[StagePlan], costs: IterationCo
     regressors = getattr(model, "regressors", None)
     mode = getattr(model, "extrapolate", None)
     mode = mode if isinstance(mode, str) else None
-    if getattr(model, "model", None) == "efficiency":  # its operators hold the edge's efficiency
+    if getattr(model, "model", None) in ("efficiency", "monotone"):  # its operators hold the edge's efficiency
         mode = "efficiency held at the edge"
     if not isinstance(regressors, Mapping) or not regressors or not costs.stages:
         return Extrapolation(mode=mode, messages=tuple(messages))

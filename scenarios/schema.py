@@ -50,9 +50,10 @@ class ProfileSpec:
     # above a regressor's sampled range: "work" scales the edge's time with the operator's work,
     # "edge" keeps the edge's time (the paper's trees); None: edge for reference:*, else work
     extrapolate: str | None = None
-    # what the regressors learn: "duration" (the paper's trees) or "efficiency" (the slowdown over
-    # the GPU's roofline, calibration.efficiency); None: duration for reference:* and for samples of a
-    # GPU without datasheet peaks, else efficiency
+    # what the regressors learn: "duration" (the paper's trees), "efficiency" (the slowdown over
+    # the GPU's roofline, calibration.efficiency) or "monotone" (the same, never faster with more
+    # work: calibration.profile.ROOFLINE_EXPONENT); None: duration for reference:* and for samples of
+    # a GPU without datasheet peaks, else efficiency
     model: str | None = None
 
     @property
@@ -64,8 +65,8 @@ class ProfileSpec:
     def __post_init__(self) -> None:
         if self.extrapolate is not None and self.extrapolate not in ("work", "edge"):
             raise ConfigError("profile.extrapolate", f"must be work or edge, got {show(self.extrapolate)}")
-        if self.model is not None and self.model not in ("duration", "efficiency"):
-            raise ConfigError("profile.model", f"must be duration or efficiency, got {show(self.model)}")
+        if self.model is not None and self.model not in ("duration", "efficiency", "monotone"):
+            raise ConfigError("profile.model", f"must be duration, efficiency or monotone, got {show(self.model)}")
         if not isinstance(self.name, str) or not self.name.strip():
             raise ConfigError("profile.name", f"must be a profile name or a samples folder, got {show(self.name)}")
         if self.reference_data is not None and (not isinstance(self.reference_data, str)

@@ -79,6 +79,35 @@ def test_efficiency_fit_recovers_a_known_efficiency_and_scales_with_the_work_out
         assert dur.op_seconds([beyond], Direction.FWD)[0] < 1.2 * dur.op_seconds([edge], Direction.FWD)[0]
 
 
+def test_the_monotone_model_never_prices_more_work_faster_and_holds_the_edge_efficiency() -> None:
+    # samples with a measured bump: 4,096 tokens run at 0.25 efficiency, every other count at 0.8
+    # (what noise, or an algorithm switch, makes of real kernels). The unconstrained slowdown learns
+    # the bump and prices 8,192 tokens faster than 4,096; profile.model monotone cannot.
+    def eff(tokens: int) -> float:
+        return 0.25 if tokens == 4096 else 0.8
+
+    shapes = [(b, l, d) for b in (1, 2, 4) for l in (512, 1024, 2048, 4096) for d in (1024, 2048, 4096)]  # noqa: E741
+    rows = _synthetic(eff, shapes) * 2
+    free = fit_profile("toy", rows, [], 0, model="efficiency", roofline=H100)
+    mono = fit_profile("toy", rows, [], 0, model="monotone", roofline=H100)
+    reg = mono.regressors["op:linear3:fwd"]
+    assert reg.summary["roofline_exponent"] == 0.8 and reg.summary["target"] == "slowdown"
+
+    def t(prof, b: int, l: int, d: int = 2048) -> float:  # noqa: E741
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ExtrapolationWarning)
+            return float(prof.op_seconds([Op(OpKind.LINEAR3, b=b, l=l, d=d, h=d // 128)], Direction.FWD)[0])
+
+    assert t(free, 2, 4096) < t(free, 2, 2048)  # the bump, learned: more work priced faster
+    times = [t(mono, 2, l) for l in (1024, 1536, 2048, 3072, 4096)]  # noqa: E741
+    assert times == sorted(times)
+    # above the sampled d and roofline: the edge's efficiency is held, the time scales with the FLOPs
+    assert t(mono, 4, 4096, 16384) / t(mono, 4, 4096, 4096) == pytest.approx(16.0, rel=1e-9)
+    # a transfer of it prices the same slowdowns on the target's roofline
+    a100 = mono.with_target(Roofline.for_gpu("a100-sxm4-80gb", 14e-6))
+    assert t(a100, 4, 4096) == pytest.approx(t(mono, 4, 4096) * 989 / 312, rel=1e-9)
+
+
 def test_efficiency_needs_a_roofline_and_a_known_model_name() -> None:
     with pytest.raises(ValueError, match="roofline"):
         fit_profile("toy", _synthetic(lambda t: 0.5, [(1, 512, 1024)] * 3), [], 0, model="efficiency")

@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 
 
+#: the model whose validation error ``profile show`` puts beside a profile's: the paper's trees beside
+#: the efficiency model, and the unconstrained efficiency beside the others
+OTHER_MODEL = {"efficiency": "duration", "duration": "efficiency", "monotone": "efficiency"}
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", help="inspect a duration profile")
     p.add_argument("action", choices=["show"], help="show: the per-operator model selection")
@@ -12,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                 "or a samples folder")
     p.add_argument("--reference-data", metavar="DIR", default=None)
     p.add_argument("--cache-dir", metavar="DIR", default=None)
-    p.add_argument("--model", choices=("duration", "efficiency"), default=None,
+    p.add_argument("--model", choices=("duration", "efficiency", "monotone"), default=None,
                    help="the regressors to show (default: the profile's; the other model's validation error is "
                         "shown beside, fitted and cached on first use)")
     p.add_argument("--json", action="store_true")
@@ -29,13 +34,13 @@ def run(args: argparse.Namespace) -> int:
     profile = load_profile(args.name, reference_dir=args.reference_data, cache_dir=args.cache_dir, model=args.model)
     other = None
     model = getattr(profile, "model", None)
-    if model in ("duration", "efficiency") and not args.name.startswith("transfer:") and any(
+    if model in OTHER_MODEL and not args.name.startswith("transfer:") and any(
             k.startswith("op:") for k in profile.regressors):
         try:
             other = load_profile(args.name, reference_dir=args.reference_data, cache_dir=args.cache_dir,
-                                 model="duration" if model == "efficiency" else "efficiency")
+                                 model=OTHER_MODEL[model])
         except ConfigError as e:  # e.g. a sample directory whose GPU has no datasheet preset
-            print(f"trainsim: note: no {'duration' if model == 'efficiency' else 'efficiency'} model to compare: {e}")
+            print(f"trainsim: note: no {OTHER_MODEL[model]} model to compare: {e}")
     show(profile, args.json, other)
     return 0
 
@@ -91,7 +96,7 @@ def show(profile, as_json: bool, other=None) -> None:
 
     rows = profile.selection_report()
     model = getattr(profile, "model", "duration")
-    other_name = "duration" if model == "efficiency" else "efficiency"
+    other_name = OTHER_MODEL.get(model, "efficiency")
     if other is not None:
         theirs = {(r["operator"], r["direction"]): r["validation_mape_pct"] for r in other.selection_report()}
         for r in rows:
