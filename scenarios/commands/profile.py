@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-
 #: the model whose validation error ``profile show`` puts beside a profile's: the paper's trees beside
 #: the efficiency model, and the unconstrained efficiency beside the others
 OTHER_MODEL = {"efficiency": "duration", "duration": "efficiency", "monotone": "efficiency"}
