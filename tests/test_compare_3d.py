@@ -121,10 +121,11 @@ def test_the_measured_3d_tables_peak_memory():
 
 
 def test_the_trainers_host_paces_the_small_tensor_parallel_rows():
-    # validation/train_3d.py's host, measured at tiny shapes on three 2-GPU machines
+    # validation/train_3d.py's host, measured at tiny shapes on three 2-GPU machines and a 4-GPU one
     # (validation/train3d_host_*/, the megatron_eager* lines of the H100 profile's host table),
-    # priced on every measured 3D table, 53 rows on six machines: 3.75 % pooled (4.54 % when the
-    # Megatron path priced the GPU work alone), and the 4-GPU mp4 row at d2048 -9.3 % (was -43.1 %)
+    # priced on every measured 3D table, 61 rows on seven machines: 4.35 % pooled (5.38 % when the
+    # Megatron path priced the GPU work alone); the four mp4 rows of two 4-GPU machines 11.5 % on
+    # average (22.9 %)
     from pathlib import Path
 
     from trainsim.scenarios import compare_multi
@@ -133,9 +134,10 @@ def test_the_trainers_host_paces_the_small_tensor_parallel_rows():
     errs = {}
     for name in ("measured_3d_h100_1gpu.csv", "measured_3d_h100_2gpu.csv", "measured_3d_h200_2gpu.csv",
                  "measured_3d_h200_4gpu.csv", "measured_3d_h200_2gpu_machineQ.csv",
-                 "measured_3d_h100_2gpu_machineR.csv"):
+                 "measured_3d_h100_2gpu_machineR.csv", "measured_3d_h200_4gpu_machineT.csv"):
         for r in compare_multi.rows(root / name):
             errs[name, r["layout"], r["shape"]] = r["simulated_err_pct"]
-    assert len(errs) == 53
-    assert sum(abs(e) for e in errs.values()) / len(errs) < 4.1
-    assert abs(errs["measured_3d_h200_4gpu.csv", "pp1-mp4-dp1", "d2048-L8-b2"]) < 10
+    assert len(errs) == 61
+    assert sum(abs(e) for e in errs.values()) / len(errs) < 4.6
+    mp4 = [abs(e) for (_, layout, _), e in errs.items() if layout == "pp1-mp4-dp1"]
+    assert len(mp4) == 4 and sum(mp4) / 4 < 15
