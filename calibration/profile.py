@@ -91,7 +91,7 @@ EFFICIENCY_MODELS = frozenset({"efficiency", "monotone"})
 #: in every size and in the roofline, so the time is too, while inside a leaf the time still grows as
 #: the roofline**a. a = 1 would force the slowdown to grow with the work; a = 0 is the monotone
 #: duration model with the roofline as a feature. Chosen by the median validation MAPE over the
-#: h100-sxm-bf16 profile's 88 operator regressors (80/20 split, the boosted candidate): a = 0: 7.96 %,
+#: h100-sxm-bf16 profile's 83 operator regressors (80/20 split, the boosted candidate): a = 0: 7.96 %,
 #: 0.5: 6.08 %, 0.8: 5.68 %, 0.9: 6.61 % (the unconstrained slowdown: 5.05 %); docs/efficiency.md.
 ROOFLINE_EXPONENT = 0.8
 MANIFEST_FILE = "manifest.json"
