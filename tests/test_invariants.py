@@ -431,3 +431,16 @@ def test_fine_step_measurement(profiles):  # pragma: no cover
 
 if __name__ == "__main__":
     fine_step_report(int(sys.argv[1]) if len(sys.argv) > 1 else 2000)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(case=iteration_bases(), axis=st.sampled_from(ITER_AXES))
+def test_more_work_never_gives_a_shorter_iteration_with_the_monotone_model(case, axis):
+    # profile.model monotone: every operator is non-decreasing in the work (the tests above), and
+    # the iteration built from them is too
+    scenario, base = case
+    base = {**base, "profile.model": "monotone"}
+    big = grown(scenario, base, axis)
+    t_base, t_big = iteration_s(scenario, base), iteration_s(scenario, big)
+    assert t_big >= t_base, f"{scenario}: {base} {t_base:.4f} s -> {axis} grown {big} {t_big:.4f} s " \
+                            f"({t_big / t_base:.4f}x)"
