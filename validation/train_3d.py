@@ -35,11 +35,14 @@ correctness test compares with.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import json
 import math
 import os
 import statistics
 import sys
+import tempfile
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -518,12 +521,13 @@ def _setup(cfg: Config, backend: str):
 
 
 def run(cfg: Config, backend: str, warmup: int, iters: int, dump: str | None = None,
-        sweep: Sequence[int] = ()) -> list[dict]:
+        sweep: Sequence[int] = (), kernels: bool = False) -> list[dict]:
     """Time ``cfg``; with ``sweep``, the same model in the same process at each of those
     micro-batch counts in turn (one result each): what the host-cost probe varies in one launch."""
     torch, dist, rank, device = _setup(cfg, backend)
     try:
-        result = _run(torch, dist, cfg, rank, device, warmup, iters, dump, tuple(sweep) or (cfg.micro_batches,))
+        result = _run(torch, dist, cfg, rank, device, warmup, iters, dump, tuple(sweep) or (cfg.micro_batches,),
+                      kernels and device.type == "cuda")
         # every rank done before any tears down: gloo aborts a process whose peer closed first
         dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
         return result
@@ -532,7 +536,7 @@ def run(cfg: Config, backend: str, warmup: int, iters: int, dump: str | None = N
 
 
 def _run(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, dump: str | None,
-         micro_batch_counts: Sequence[int]) -> list[dict]:
+         micro_batch_counts: Sequence[int], kernels: bool = False) -> list[dict]:
     cuda = device.type == "cuda"
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.dtype]
     place = Placement(Parallelism(pp=cfg.pp, mp=cfg.mp, dp=cfg.dp), gpus_per_node=cfg.world)
@@ -566,7 +570,37 @@ def _run(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, d
         results.append(_time(torch, dist, replace(cfg, micro_batches=m), rank, device, warmup, iters, dump,
                              (stage, pipe, data, dp_index, mp_index, dp_group, optimizer, masters, place), barrier))
         dump = None  # the correctness dump is of the first step of the first count only
+    if kernels:
+        results[-1]["kernels"] = _profile_step(torch, dist, replace(cfg, micro_batches=micro_batch_counts[-1]),
+                                               rank, device, (stage, pipe, data, dp_index, mp_index, dp_group,
+                                                              optimizer, masters, place), barrier)
     return results
+
+
+def _profile_step(torch, dist, cfg: Config, rank: int, device, state, barrier) -> dict | None:
+    """One more iteration, profiled on rank 0 (the others run it plainly): its CUDA kernel seconds by
+    category and the GPU's busy time (train_hf_parallel.summarize_trace), beside its wall time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from train_hf_parallel import summarize_trace
+
+    stage, pipe, data, dp_index, _, dp_group, optimizer, masters, _ = state
+    ctx = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) if rank == 0 else contextlib.nullcontext()
+    barrier()
+    with ctx as prof:
+        t0 = time.perf_counter()
+        train_step(torch, stage, pipe, cfg, data, dp_index, dp_group, optimizer, masters)
+        torch.cuda.synchronize(device)
+        wall = time.perf_counter() - t0
+    barrier()
+    if rank != 0:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text()).get("traceEvents", [])
+    return summarize_trace(events, wall)
 
 
 def _time(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, dump: str | None, state,
@@ -670,6 +704,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--adam-eps", type=float, default=1e-8)
     p.add_argument("--out", default=None, metavar="CSV", help=f"append the row here (e.g. {DEFAULT_OUT.name})")
     p.add_argument("--dump", default=None, metavar="DIR", help="save each rank's parameters after step 1")
+    p.add_argument("--kernels", default=None, metavar="JSONL",
+                   help="profile one more iteration on rank 0 (GPUs only) and append its kernel seconds by "
+                        "category and the GPU's busy time to this file")
     p.add_argument("--sweep-micro-batches", default="", metavar="M,M,...",
                    help="time the same model at each of these micro-batch counts in one launch (a row each; "
                         "the host-cost probe, validation/device/train3d_host.sh)")
@@ -693,7 +730,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      recompute=args.recompute, dtype=dtype, seed=args.seed, lr=args.lr,
                      adam_eps=args.adam_eps)
         sweep = _counts(args.sweep_micro_batches)
-        results = run(cfg, backend, args.warmup, args.iters, args.dump, sweep)
+        results = run(cfg, backend, args.warmup, args.iters, args.dump, sweep, kernels=args.kernels is not None)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -708,6 +745,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               flush=True)
         if args.out:
             append_row(args.out, cfg_m, result)
+        if args.kernels and result.get("kernels"):
+            with open(args.kernels, "a") as fh:
+                fh.write(json.dumps({"layout": cfg_m.layout, "hidden": cfg_m.hidden, "layers": cfg_m.layers,
+                                     "micro_batch": cfg_m.micro_batch, "micro_batches": cfg_m.micro_batches,
+                                     **result["kernels"]}) + "\n")
     return 0
 
 
