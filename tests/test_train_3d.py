@@ -132,7 +132,8 @@ def test_a_micro_batch_sweep_times_each_count_in_one_launch(tmp_path):
     cfg = t3d.Config(mp=2, **MODEL)
     out = tmp_path / "sweep.csv"
     _launch(tmp_path, 1, 2, 1, f"--sweep-micro-batches={MODEL['micro_batches']},1", f"--dump={tmp_path / 'dump'}",
-            f"--out={out}")
+            f"--out={out}", f"--kernels={tmp_path / 'k.jsonl'}")
+    assert not (tmp_path / "k.jsonl").exists()  # --kernels profiles CUDA kernels: nothing on the CPU
     _assert_is_the_reference_step(tmp_path / "dump", cfg)
     rows = list(csv.DictReader(out.open()))
     assert [(r["layout"], r["micro_batches"]) for r in rows] == [("pp1-mp2-dp1", "3"), ("pp1-mp2-dp1", "1")]
