@@ -38,8 +38,8 @@ machine only is corrected by the factor its other runtimes give that machine (do
 ``validation/train_3d.py`` (Megatron's layer in plain PyTorch ops, ``framework: megatron`` with
 ``training.kernels: eager``) measured its own lines the same way (``--sweep-micro-batches`` at
 hidden 256, sequence 128: ``validation/device/train3d_host.sh``): ``megatron_eager`` (one GPU, DP),
-``megatron_eager_tp`` (its tensor-parallel autograd functions and all-reduces) and
-``megatron_eager_pp``. A pipeline's critical path runs through its stage of most layers (the
+``megatron_eager_tp`` (its tensor-parallel autograd functions and all-reduces, mp2 and mp4 alike),
+``megatron_eager_pp`` and ``megatron_eager_tp_pp``. A pipeline's critical path runs through its stage of most layers (the
 encoder split is uneven). That trainer never synchronises host and GPU inside an iteration, so its
 host runs ahead over a whole micro-batch (``overlap: ahead``: only the micro-batch's host excess
 over its GPU work shows, not each step's). Its rows came from machines that measured no
