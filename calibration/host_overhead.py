@@ -39,11 +39,11 @@ machine only is corrected by the factor its other runtimes give that machine (do
 ``training.kernels: eager``) measured its own lines the same way (``--sweep-micro-batches`` at
 hidden 256, sequence 128: ``validation/device/train3d_host.sh``): ``megatron_eager`` (one GPU, DP),
 ``megatron_eager_tp`` (its tensor-parallel autograd functions and all-reduces, mp2 and mp4 alike),
-``megatron_eager_pp`` and ``megatron_eager_tp_pp``. A pipeline's critical path runs through its stage of most layers (the
-encoder split is uneven). That trainer never synchronises host and GPU inside an iteration, so its
-host runs ahead over a whole micro-batch (``overlap: ahead``: only the micro-batch's host excess
-over its GPU work shows, not each step's). Its rows came from machines that measured no
-train_hf_parallel.py runtime, so their factors are normalised among themselves
+``megatron_eager_pp`` and ``megatron_eager_tp_pp``. A pipeline's critical path runs through its
+stage of most layers (the encoder split is uneven). That trainer never synchronises host and GPU
+inside an iteration, so its host runs ahead over a whole micro-batch (``overlap: ahead``: only the
+micro-batch's host excess over its GPU work shows, not each step's). Its rows came from machines
+that measured no train_hf_parallel.py runtime, so their factors are normalised among themselves
 (:func:`_machine_groups`).
 
     python -m trainsim.calibration.host_overhead validation/measured_hf_parallel_h100_host_*.csv \\
