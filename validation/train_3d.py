@@ -42,7 +42,6 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -583,7 +582,7 @@ def _profile_step(torch, dist, cfg: Config, rank: int, device, state, barrier) -
     from torch.profiler import ProfilerActivity, profile
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from train_hf_parallel import summarize_trace
+    from train_hf_parallel import summarize_profile
 
     stage, pipe, data, dp_index, _, dp_group, optimizer, masters, _ = state
     ctx = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) if rank == 0 else contextlib.nullcontext()
@@ -594,13 +593,7 @@ def _profile_step(torch, dist, cfg: Config, rank: int, device, state, barrier) -
         torch.cuda.synchronize(device)
         wall = time.perf_counter() - t0
     barrier()
-    if rank != 0:
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        events = json.loads(path.read_text()).get("traceEvents", [])
-    return summarize_trace(events, wall)
+    return summarize_profile(prof, wall) if rank == 0 else None
 
 
 def _time(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, dump: str | None, state,

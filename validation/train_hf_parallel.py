@@ -733,13 +733,16 @@ def _profile(env: Env, trainer: Trainer) -> dict | None:
     ctx = profile(activities=acts) if env.rank == 0 else contextlib.nullcontext()
     with ctx as prof:
         wall, _ = env.timed_step(trainer)
-    if env.rank != 0:
-        return None
+    return summarize_profile(prof, wall) if env.rank == 0 else None
+
+
+def summarize_profile(prof, wall_s: float) -> dict:
+    """:func:`summarize_trace` of a finished ``torch.profiler`` run (through its Chrome trace)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
         events = json.loads(path.read_text()).get("traceEvents", [])
-    return summarize_trace(events, wall)
+    return summarize_trace(events, wall_s)
 
 
 # ----------------------------------------------------------------------------- output
