@@ -272,11 +272,6 @@ class FittedProfile:
                     f"profile '{self.name}': {label} feature {fname} = {worst:g} is outside the sampled range "
                     f"[{lo:g}, {hi:g}]; {how}"), stacklevel=3)
         us = reg.ensemble.predict(X)
-        if slowdown and "slowdown_min" in reg.summary and "roofline_exponent" not in reg.summary:
-            # an efficiency never above the best a sample of the operator reached: boosted trees add
-            # their leaves' corrections and can overshoot between samples (a residual add's backward,
-            # measured at 1.29-1.45 us, was priced 0.65 us at shapes inside its range)
-            us = np.maximum(us, reg.summary["slowdown_min"])
         if scale_up:
             assert exponents is not None
             # a tree's value above its range is the edge's (its splits lie inside), so this is the
@@ -289,21 +284,29 @@ class FittedProfile:
                                          f"{us[~(np.isfinite(us) & (us >= 0))][0]!r} us")
         return us if slowdown else us * 1e-6
 
-    def _monotone_slowdown(self, key: str, X: np.ndarray, roof: np.ndarray, label: str,
-                           names: Sequence[str]) -> np.ndarray:
-        """The slowdown over the measured GPU's roofline ``roof`` (seconds) of a monotone efficiency
-        regressor (:data:`ROOFLINE_EXPONENT`): ``exp(f(x, log roof)) * roof**(a - 1)``.
+    def _slowdown(self, key: str, X: np.ndarray, group: Sequence[Op], direction: Direction, label: str,
+                  names: Sequence[str]) -> np.ndarray:
+        """The slowdown over the measured GPU's roofline of an efficiency regressor's ``group``.
 
-        Outside the roofline's sampled range the roofline in that factor is held at the edge, so the
-        efficiency at the edge is held and the time scales with the roofline, as for every feature
-        (the trees hold their edge values): the time stays non-decreasing in the work across it."""
+        A monotone one (:data:`ROOFLINE_EXPONENT`) predicts ``exp(f(x, log roof))``; its slowdown is
+        that times ``roof**(a - 1)``. Outside the roofline's sampled range the roofline in that factor
+        is held at the edge, so the efficiency at the edge is held and the time scales with the
+        roofline, as for every feature (the trees hold their edge values): the time stays
+        non-decreasing in the work across it. Either is never under the smallest slowdown a sample of
+        the operator showed: boosted trees add their leaves' corrections and can overshoot between
+        samples (a residual add's backward, measured at 1.29-1.45 us, was priced 0.65 us at shapes
+        inside its range)."""
         reg = self.regressors[key]
-        a = float(reg.summary["roofline_exponent"])
-        log_roof = np.log(roof)
-        scaled = self._predict(key, np.column_stack([X, log_roof]), label, (*names, "log roofline"))
-        held = np.clip(log_roof, reg.feature_min[-1], reg.feature_max[-1])
-        # never more efficient than any sample of the operator was (see _predict)
-        return np.maximum(scaled * np.exp((a - 1.0) * held), reg.summary["slowdown_min"])
+        if "roofline_exponent" in reg.summary:
+            assert self.roofline is not None  # the measured GPU's, whose roofline is a feature
+            log_roof = np.log(self.roofline.seconds_of(group, direction))
+            held = np.clip(log_roof, reg.feature_min[-1], reg.feature_max[-1])
+            a = float(reg.summary["roofline_exponent"])
+            slowdown = (self._predict(key, np.column_stack([X, log_roof]), label, (*names, "log roofline"))
+                        * np.exp((a - 1.0) * held))
+        else:
+            slowdown = self._predict(key, X, label, names)
+        return np.maximum(slowdown, reg.summary.get("slowdown_min", 0.0))
 
     def op_seconds(self, ops: Sequence[Op], direction: Direction) -> np.ndarray:
         direction = Direction(direction)
@@ -316,27 +319,21 @@ class FittedProfile:
             if key not in self.regressors:
                 raise NoSamplesError("profile", f"profile '{self.name}' has no samples for operator {kind.value} "
                                                 f"({direction.value})", kind.value)
-            X = np.array([features(ops[i]) for i in idx], dtype=np.float64)
-            reg = self.regressors[key]
-            if "roofline_exponent" in reg.summary:
-                assert self.roofline is not None  # the measured GPU's, whose roofline is a feature
-                pred = self._monotone_slowdown(key, X, self.roofline.seconds_of([ops[i] for i in idx], direction),
-                                               f"operator {kind.value} ({direction.value})", FEATURE_NAMES[kind])
-            else:
-                pred = self._predict(key, X, f"operator {kind.value} ({direction.value})", FEATURE_NAMES[kind],
-                                     work_exponents(kind))
-            if reg.summary.get("target") == "slowdown":
+            group = [ops[i] for i in idx]
+            X = np.array([features(op) for op in group], dtype=np.float64)
+            label = f"operator {kind.value} ({direction.value})"
+            if self.regressors[key].summary.get("target") == "slowdown":
                 assert self.target is not None  # an efficiency profile always has its roofline
-                group = [ops[i] for i in idx]
+                slowdown = self._slowdown(key, X, group, direction, label, FEATURE_NAMES[kind])
                 # The slowdown is over max(launch, work); a GPU-only sample may run under the launch
                 # term (a reference, not a bound), so a slowdown under 1 learned where the launch
                 # dominated must not take the time under the FLOPs' bound where they dominate
                 # (another GPU's roofline, or a larger shape): no operator outruns the tensor cores.
                 # The bytes' bound is not floored: a kernel whose data sit in L2 beats HBM bandwidth.
                 compute = np.array([self.target.compute_seconds(op, direction) for op in group])
-                out[idx] = np.maximum(pred * self.target.seconds_of(group, direction), compute)
+                out[idx] = np.maximum(slowdown * self.target.seconds_of(group, direction), compute)
                 continue
-            out[idx] = pred
+            out[idx] = self._predict(key, X, label, FEATURE_NAMES[kind], work_exponents(kind))
             if self.extrapolate == "work" and self.hardware is not None:
                 above = (X > self.regressors[key].feature_max).any(axis=1)
                 peak, bw = self.hardware
@@ -518,7 +515,7 @@ def _fit_one(X: np.ndarray, y: np.ndarray, random_state: int, candidates,
     summary = {"kind": r.best_kind_, "params": r.best_params_, "validation_mape": _finite_or_none(r.validation_mape_),
                "candidate_mape": [_finite_or_none(s) for s in r.candidate_mape_], "n": int(r.n_samples_),
                "target": target}
-    if target == "slowdown":  # the best efficiency any sample of the operator reached (see _predict)
+    if target == "slowdown":  # the best efficiency any sample of the operator reached (see FittedProfile._slowdown)
         assert slowdowns is not None
         summary["slowdown_min"] = float(np.min(slowdowns))
         if roofline_exponent is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainsim.operators.ops import FP8_OF, Direction, Op, OpKind, bytes_moved, flops, fused_op, hf_params
+from trainsim.operators.ops import FP8_OF, Direction, Op, OpKind, bytes_moved, flops, fused_op
 from trainsim.operators.partition import (
     StageRole,
     kv_heads_per_rank,
@@ -353,16 +353,16 @@ AUTOGRAD_MASTER_BYTES = 12
 def _autograd_accumulation(model: ModelSpec, training: TrainingSpec, layers: int, mp: int,
                            params: int) -> tuple[Op | None, float]:
     """The memory-bound passes of ``grad_accumulation: autograd`` (see :class:`GradAccumulation`), as
-    so many passes of the measured fp32 accumulation kernel (``hf_grad_accum``: 12 bytes per
-    parameter of a GPT-NeoX stage of this width and depth), scaled to this stage's parameters and
-    bytes: the same HBM-bound kernel at the rate it was measured. Priced with the update; (None, 0)
-    for Megatron-Core's fused accumulation."""
+    so many passes of the measured fp32 accumulation kernel (``hf_grad_accum`` over a GPT-NeoX stage
+    of this width and depth), scaled by bytes to this stage's parameters: the same HBM-bound kernel
+    at the rate it was measured. Priced with the update; (None, 0) for Megatron-Core's fused
+    accumulation."""
     if training.grad_accumulation is not GradAccumulation.AUTOGRAD:
         return None, 0.0
     op = Op(OpKind.HF_GRAD_ACCUM, d=model.hidden, v=padded_vocab(model.vocab, 1), f=model.ffn, layers=layers,
             mp=mp)
     per_param = AUTOGRAD_ACCUM_BYTES * (training.micro_batches - 1) + AUTOGRAD_MASTER_BYTES
-    return op, per_param / 12.0 * params / hf_params(op)
+    return op, per_param * params / bytes_moved(op, Direction.UPDATE)
 
 
 def _encoder_gemms(enc: list[Op]) -> tuple[Op, Op, Op, Op]:

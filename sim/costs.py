@@ -252,8 +252,9 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
         return host if serial else max(0.0, host - gpu)
 
     ahead = entry["overlap"] == "ahead"
-    host_bound = (host_f + host_b > fwd_s + mp_fwd + bwd_s + mp_bwd if ahead
-                  else host_f > fwd_s + mp_fwd or host_b > bwd_s + mp_bwd)
+    gpu_f, gpu_b = fwd_s + mp_fwd, bwd_s + mp_bwd  # a step's GPU work: compute and MP collectives
+    host, gpu = host_f + host_b, gpu_f + gpu_b
+    host_bound = host > gpu if ahead else host_f > gpu_f or host_b > gpu_b
     # the spread of the host's speed is the machines', whichever runtime measured it (two machines
     # that agree on one runtime do not make the kind's hosts agree)
     factors = {m: f for e in table.values() for m, f in (e.get("lease_factors") or {}).items()}
@@ -273,18 +274,18 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
             if prices is not None and plan.runtime in FLOW_SHOP_RUNTIMES and not serial else None)
     if shop is not None:
         extra_f, extra_b, backlog = shop
-    elif ahead:
-        # no host-GPU synchronisation inside the iteration: the host runs ahead over a whole
-        # micro-batch, so only its excess over the micro-batch's GPU work shows (a per-step max
-        # would add the forward's and the backward's excesses though the totals balance)
-        gpu = fwd_s + mp_fwd + bwd_s + mp_bwd
-        excess = max(0.0, host_f + host_b - gpu)
-        extra_f = excess * host_f / per_mb if per_mb > 0 else 0.0
-        extra_b = excess - extra_f
-        backlog = max(0.0, gpu - (host_f + host_b))
     else:
-        extra_f, extra_b = extra(host_f, fwd_s + mp_fwd), extra(host_b, bwd_s + mp_bwd)
-        backlog = max(0.0, (fwd_s + mp_fwd + bwd_s + mp_bwd) - (host_f + host_b))
+        backlog = max(0.0, gpu - host)
+        if ahead:
+            # no host-GPU synchronisation inside the iteration: the host runs ahead over a whole
+            # micro-batch, so only its excess over the micro-batch's GPU work shows (a per-step max
+            # would add the forward's and the backward's excesses though the totals balance),
+            # split as the host's work is
+            excess = max(0.0, host - gpu)
+            extra_f = excess * host_f / host if host > 0 else 0.0
+            extra_b = excess - extra_f
+        else:
+            extra_f, extra_b = extra(host_f, gpu_f), extra(host_b, gpu_b)
     return {"host_fwd_s": host_f, "host_bwd_s": host_b, "host_fwd_extra_s": extra_f,
             "host_bwd_extra_s": extra_b, "host_update_s": extra(entry["per_iteration_s"], update_s + backlog)}
 

@@ -95,12 +95,17 @@ def profiles() -> dict[str, FittedProfile]:
     return out
 
 
-def _describe(kind: OpKind, direction: Direction, prof: FittedProfile, s: Shape) -> str:
+def _inside(prof: FittedProfile, kind: OpKind, direction: Direction, s: Shape) -> bool:
+    """Whether the shape's features lie in the regressor's sampled range (a monotone efficiency
+    regressor's extra log roofline column is derived from them and not checked)."""
     reg = prof.regressors[f"op:{kind.value}:{direction.value}"]
     x = np.asarray(features(s.op(kind)), dtype=float)
-    n = len(x)  # a monotone efficiency regressor adds the log roofline, derived from these
-    where = "inside" if ((x >= reg.feature_min[:n]) & (x <= reg.feature_max[:n])).all() else "outside"
-    return f"{s.op(kind)} (features {tuple(float(v) for v in x)}, {where} the sampled range)"
+    return bool(((x >= reg.feature_min[:len(x)]) & (x <= reg.feature_max[:len(x)])).all())
+
+
+def _describe(kind: OpKind, direction: Direction, prof: FittedProfile, s: Shape) -> str:
+    where = "inside" if _inside(prof, kind, direction, s) else "outside"
+    return f"{s.op(kind)} (features {tuple(float(v) for v in features(s.op(kind)))}, {where} the sampled range)"
 
 
 def test_the_parametrization_covers_every_operator_of_the_profile(profiles):
@@ -384,10 +389,7 @@ def _rows(prof: FittedProfile, steps: int, seed: int, fine: bool) -> Iterator[di
         t1 = seconds(prof, kind, direction, [p[1] for p in pairs])
         rel = 1.0 - t1 / t0  # > 0: the larger shape is priced faster
         worst = int(np.argmax(rel))
-        reg = prof.regressors[f"op:{kind.value}:{direction.value}"]
-        n = len(features(pairs[0][0].op(kind)))  # a monotone efficiency regressor adds the log roofline
-        inside = np.array([((np.asarray(features(p[0].op(kind))) >= reg.feature_min[:n])
-                            & (np.asarray(features(p[0].op(kind))) <= reg.feature_max[:n])).all() for p in pairs])
+        inside = np.array([_inside(prof, kind, direction, p[0]) for p in pairs])
         yield {"op": f"{kind.value}:{direction.value}", "falls": float((rel > 0).mean()),
                "falls_inside": float((rel[inside] > 0).mean()) if inside.any() else float("nan"),
                "worst": float(max(rel[worst], 0.0)), "worst_axis": pairs[worst][2],

@@ -564,19 +564,18 @@ def _run(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, d
         if cuda:
             torch.cuda.synchronize(device)
 
+    state = (stage, pipe, data, dp_index, mp_index, dp_group, optimizer, masters, place)
     results = []
     for m in micro_batch_counts:
-        results.append(_time(torch, dist, replace(cfg, micro_batches=m), rank, device, warmup, iters, dump,
-                             (stage, pipe, data, dp_index, mp_index, dp_group, optimizer, masters, place), barrier))
+        cfg_m = replace(cfg, micro_batches=m)
+        results.append(_time(torch, dist, cfg_m, rank, device, warmup, iters, dump, state, barrier))
         dump = None  # the correctness dump is of the first step of the first count only
-    if kernels:
-        results[-1]["kernels"] = _profile_step(torch, dist, replace(cfg, micro_batches=micro_batch_counts[-1]),
-                                               rank, device, (stage, pipe, data, dp_index, mp_index, dp_group,
-                                                              optimizer, masters, place), barrier)
+    if kernels:  # one more iteration of the last count, profiled
+        results[-1]["kernels"] = _profile_step(torch, cfg_m, rank, device, state, barrier)
     return results
 
 
-def _profile_step(torch, dist, cfg: Config, rank: int, device, state, barrier) -> dict | None:
+def _profile_step(torch, cfg: Config, rank: int, device, state, barrier) -> dict | None:
     """One more iteration, profiled on rank 0 (the others run it plainly): its CUDA kernel seconds by
     category and the GPU's busy time (train_hf_parallel.summarize_trace), beside its wall time."""
     from torch.profiler import ProfilerActivity, profile
