@@ -22,6 +22,21 @@ runtime of a row is its layout's: ``eager`` (1gpu, dp: DDP wraps an eager model)
 ``dtensor_tp_pp`` (the pipelining runtime's stages: no attention mask, so no host-GPU
 synchronisation per micro-batch, and a per-layer cost of their own).
 
+A micro-batch's host work outside its layers: the Hugging Face model's head (embedding, the
+causal mask, the rotary tables) and tail (final norm, LM head, loss) in the forward and the
+backward. ``validation/probe_head_host.py`` times them on the GPU's host at a tiny shape, in units
+of one layer's forward and backward host time (``--head-tail`` reads its JSON lines; their
+medians go into the ``eager`` runtime's ``head_tail``). Measured on an H100 host
+(``validation/head_host_h100_machineY/``): head forward 0.37, tail forward 0.31, head backward
+0.10, tail backward 0.35, 1.13 layers per micro-batch. With them the eager line's layer-steps
+are ``micro_batches * (layers + 1.13)``, and the flow shop (``sim/costs.py``) gives each part its
+own share, so the GPU waits out the head's host work after the synchronisation at a micro-batch's
+start. (Fitted without them, the line's per-micro-batch term is absorbed into the per-layer and
+per-iteration terms: a least-squares fit with a free per-micro-batch term over the same rows gives
+1.09 layers, agreeing with the probe.) The probe also times a layer's forward at 0.41 of its host
+time; the flow shop keeps the even split between forward and backward (docs/multi_gpu.md says
+why: with 0.41 the tables got worse, and what makes them disagree is not known).
+
 Host and GPU work overlap: PyTorch issues kernels asynchronously, so a step takes the longer of
 the two (``overlap: overlapped``; a "serial" runtime would add them). Checked on the GPUs with
 validation/probe_host.py: the only host-GPU synchronisations are one per micro-batch (Hugging
@@ -47,7 +62,8 @@ that measured no train_hf_parallel.py runtime, so their factors are normalised a
 (:func:`_machine_groups`).
 
     python -m trainsim.calibration.host_overhead validation/measured_hf_parallel_h100_host_*.csv \\
-        validation/train3d_host_h*/tiny.csv --out calibration/profiles/h100-sxm-bf16/host_overhead.json
+        validation/train3d_host_h*/tiny.csv --head-tail validation/head_host_h100_machineY/head_host.jsonl \\
+        --out calibration/profiles/h100-sxm-bf16/host_overhead.json
 """
 
 from __future__ import annotations
@@ -74,6 +90,32 @@ OVERLAP = {"eager": "overlapped", "dtensor_tp": "overlapped", "fsdp2": "overlapp
            # train_3d.py's Megatron layer in eager ops: no host-GPU synchronisation inside an iteration,
            # so the host runs ahead of the GPU across a micro-batch's forward and backward
            **{megatron_runtime(mp, pp): "ahead" for mp in (1, 2) for pp in (1, 2)}}
+
+
+#: the parts of a micro-batch outside its layers (validation/probe_head_host.py), in layers
+HEAD_TAIL_PARTS = ("head_fwd", "tail_fwd", "head_bwd", "tail_bwd")
+#: the runtimes whose head and tail the probe measured (Hugging Face's model, plain eager PyTorch)
+HEAD_TAIL_RUNTIMES = frozenset({"eager"})
+
+
+def head_tail_layers(entry: dict) -> float:
+    """A runtime entry's host work outside its layers per micro-batch, in layers (0 if not measured)."""
+    ht = entry.get("head_tail") or {}
+    return float(sum(ht.get(k, 0.0) for k in HEAD_TAIL_PARTS))
+
+
+def read_head_tail(path: str) -> dict[str, float]:
+    """The medians of validation/probe_head_host.py's JSON lines (ConfigError naming the file)."""
+    import statistics
+
+    try:
+        lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+        out = {k: float(statistics.median(float(r[k]) for r in lines)) for k in HEAD_TAIL_PARTS}
+    except (OSError, ValueError, KeyError, TypeError, statistics.StatisticsError) as e:
+        raise ConfigError(path, f"not probe_head_host.py output: {e}") from None
+    if not all(0 <= v < 10 for v in out.values()):
+        raise ConfigError(path, f"head and tail must be 0 to 10 layers, got {out}")
+    return out
 
 
 def runtime_of(layout: str) -> str | None:
@@ -114,9 +156,12 @@ def row_runtime(row: dict[str, str]) -> tuple[str | None, float]:
     return runtime_of(row["layout"]), layer_steps(row["layout"], layers, m)
 
 
-def fit_host_overhead(rows: Iterable[dict[str, str]]) -> dict[str, dict[str, Any]]:
+def fit_host_overhead(rows: Iterable[dict[str, str]],
+                      head_tail: dict[str, float] | None = None) -> dict[str, dict[str, Any]]:
     """Per runtime: ``per_iteration_s``, ``per_layer_s``, ``overlap``, ``rows``, ``leases`` and the
-    ``lease_factors`` of the machines it was measured on (see the module doc).
+    ``lease_factors`` of the machines it was measured on (see the module doc). ``head_tail`` (in
+    layers, :data:`HEAD_TAIL_PARTS`) adds the micro-batch's head and tail to the layer-steps of the
+    :data:`HEAD_TAIL_RUNTIMES` and is stored in their entries.
 
     A row's ``lease`` (the machine it ran on; default ``"?"``) is a machine whose host runs at its
     own speed, the same for every runtime: time = factor(lease) * (per_iteration_s + per_layer_s *
@@ -133,6 +178,8 @@ def fit_host_overhead(rows: Iterable[dict[str, str]]) -> dict[str, dict[str, Any
         rt, steps = row_runtime(r)
         if rt is None:
             continue
+        if head_tail and rt in HEAD_TAIL_RUNTIMES:  # not pipelined: every micro-batch runs both ends
+            steps += float(r["micro_batches"]) * sum(head_tail.values())
         pts.append((rt, steps, float(r["min_s"]), r.get("lease") or "?"))
     runtimes = sorted({p[0] for p in pts})
     names = sorted({p[3] for p in pts})
@@ -172,6 +219,8 @@ def fit_host_overhead(rows: Iterable[dict[str, str]]) -> dict[str, dict[str, Any
                    "fitted_intercept_s": float(intercept), "overlap": OVERLAP[rt], "rows": int(sel.sum()),
                    "leases": len(seen), "lease_factors": {n: float(f[names.index(n)]) for n in seen},
                    "max_residual_s": float(np.abs(fitted - y[sel]).max())}
+        if head_tail and rt in HEAD_TAIL_RUNTIMES:
+            out[rt]["head_tail"] = dict(head_tail)
     return out
 
 
@@ -232,6 +281,9 @@ def load_host_overhead(path: str | Path) -> dict[str, dict]:
             for key in ("per_layer_s", "per_iteration_s"):
                 if not (isinstance(v[key], (int, float)) and v[key] >= 0):
                     raise ValueError(f"{rt}.{key} must be a non-negative number")
+            for key in HEAD_TAIL_PARTS if "head_tail" in v else ():
+                if not (isinstance(v["head_tail"][key], (int, float)) and v["head_tail"][key] >= 0):
+                    raise ValueError(f"{rt}.head_tail.{key} must be a non-negative number")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(str(p), f"not a host-overhead table: {e}") from None
     ck = p.with_name(CHECKPOINT_FILE)
@@ -253,18 +305,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="fit the runtimes' host cost from tiny-shape train_hf_parallel rows")
     ap.add_argument("csv", nargs="+")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--head-tail", metavar="JSONL", help="validation/probe_head_host.py output: the micro-batch's "
+                    "host work outside its layers, for the eager runtime")
     args = ap.parse_args(argv)
     try:
         rows = read_rows(args.csv)
-        table = fit_host_overhead(rows)
+        head_tail = read_head_tail(args.head_tail) if args.head_tail else None
+        table = fit_host_overhead(rows, head_tail)
     except ConfigError as e:
         print(f"host_overhead: error: {e}", file=sys.stderr)
         return 2
     devices = sorted({r["device"] for r in rows})
     doc = {"source": [Path(p).as_posix() for p in args.csv], "devices": devices,
            "model": "host seconds per iteration = per_iteration_s + per_layer_s * layer-steps on the critical path "
-                    "(layers * micro_batches without a pipeline)",
+                    "(layers * micro_batches without a pipeline; micro_batches * (layers + the head and tail in "
+                    "layers) where the runtime has head_tail)",
            "runtimes": table}
+    if args.head_tail:
+        doc["head_tail_source"] = Path(args.head_tail).as_posix()
     Path(args.out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     for rt, v in table.items():
         spread = ", ".join(f"{k} x{f:.2f}" for k, f in v["lease_factors"].items())

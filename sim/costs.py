@@ -167,8 +167,19 @@ def _segment_ends(segments: Sequence[GradSegment], fwd: dict[Op, float], bwd: di
 FLOW_SHOP_RUNTIMES = frozenset({"eager"})
 
 
+def stage_head_tail(plan: StagePlan, head_tail: dict[str, float] | None) -> dict[str, float]:
+    """The parts of a micro-batch's host work outside its layers that this stage runs, in layers
+    (the runtime table's ``head_tail``, calibration/host_overhead.py): the head where the stage has
+    the embedding, the tail where it has the LM head; zeros where the table has none."""
+    ht = head_tail or {}
+    head, tail = plan.role.has_embedding, plan.role.has_head
+    return {"head_fwd": ht.get("head_fwd", 0.0) if head else 0.0, "head_bwd": ht.get("head_bwd", 0.0) if head else 0.0,
+            "tail_fwd": ht.get("tail_fwd", 0.0) if tail else 0.0, "tail_bwd": ht.get("tail_bwd", 0.0) if tail else 0.0}
+
+
 def issue_flow_shop(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float],
-                    host_per_layer_s: float, checkpoint_s: float = 0.0) -> tuple[float, float, float] | None:
+                    host_per_layer_s: float, checkpoint_s: float = 0.0,
+                    head_tail: dict[str, float] | None = None) -> tuple[float, float, float] | None:
     """The GPU's idle time in one micro-batch's forward and backward, and its backlog when the host
     has issued the last backward operator, for a runtime that synchronises host and GPU at each
     micro-batch's start (Hugging Face's causal-mask construction; None: the plan has no issue order).
@@ -189,27 +200,45 @@ def issue_flow_shop(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float],
     detaching the inputs, the nested backward), charged before the layer's recompute. Its forward
     runs without recording a graph, which offsets saving the RNG states; the probe that measured
     ``checkpoint_s`` does not tell the split (validation/fit_checkpoint_overhead.py, docs/h100.md).
+
+    ``head_tail`` (the runtime table's, in layers; :func:`stage_head_tail`): the head's and the
+    tail's own host work, measured (validation/probe_head_host.py). Then a layer's host time is
+    spread evenly over its forward and backward operators, and the head's and the tail's over
+    theirs in each direction: after
+    the synchronisation the GPU waits out the whole head (the causal mask, the rotary tables), not
+    an average operator's share. Without it, the line is spread evenly over every operator issued.
     """
     if not plan.issue_layer:
         return None
     n = plan.encoders
-    forward = [*plan.issue_head, *plan.issue_layer * n, *plan.issue_tail]
-    # (operator, its price table, host time before it beyond h): a checkpoint's own work precedes
-    # its layer's recompute (restoring the RNG, detaching the inputs)
-    backward = [(op, bwd, 0.0) for op in reversed(plan.issue_tail)]
+    head, layer, tail = plan.issue_head, plan.issue_layer, plan.issue_tail
+    if head_tail is None:  # even: (head, layer, tail, recompute) issue times, forward then backward
+        h = host_per_layer_s * n / (2 * (len(head) + n * len(layer) + len(tail)))
+        issue_f = issue_b = (h, h, h, h)
+    else:  # one operator may be both a layer's and an end's (a norm): the times go by position
+        ends = stage_head_tail(plan, head_tail)
+        per = host_per_layer_s
+        h = per / (2 * len(layer))  # a layer's operators, forward and backward alike
+        issue_f = (ends["head_fwd"] * per / max(1, len(head)), h, ends["tail_fwd"] * per / max(1, len(tail)), h)
+        issue_b = (ends["head_bwd"] * per / max(1, len(head)), h, ends["tail_bwd"] * per / max(1, len(tail)), 0.0)
+    forward = [(op, issue_f[0]) for op in head] + [(op, issue_f[1]) for op in layer] * n \
+        + [(op, issue_f[2]) for op in tail]
+    # (operator, its price table, host time to issue it): a checkpoint's own work precedes its
+    # layer's recompute (restoring the RNG, detaching the inputs), which re-issues its forward
+    backward = [(op, bwd, issue_b[2]) for op in reversed(tail)]
     for _ in range(n):
-        backward += [(op, fwd, checkpoint_s if i == 0 else 0.0) for i, op in enumerate(plan.issue_recompute)]
-        backward += [(op, bwd, 0.0) for op in reversed(plan.issue_layer)]
-    backward += [(op, bwd, 0.0) for op in reversed(plan.issue_head)]
-    h = host_per_layer_s * n / (2 * len(forward))
+        backward += [(op, fwd, issue_f[3] + (checkpoint_s if i == 0 else 0.0))
+                     for i, op in enumerate(plan.issue_recompute)]
+        backward += [(op, bwd, issue_b[1]) for op in reversed(layer)]
+    backward += [(op, bwd, issue_b[0]) for op in reversed(head)]
     host = gpu = idle_f = idle_b = 0.0
-    for op in forward:
-        host += h
+    for op, issue in forward:
+        host += issue
         start = max(gpu, host)
         idle_f += start - gpu
         gpu = start + fwd[op]
-    for op, table, extra in backward:
-        host += h + extra
+    for op, table, issue in backward:
+        host += issue
         start = max(gpu, host)
         idle_b += start - gpu
         gpu = start + table[op]
@@ -240,7 +269,8 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
         notes.append(f"profile {model.name!r} has no host cost for the {plan.runtime} runtime; "
                      "its steps are priced by their GPU work alone")
         return {}
-    per_mb = entry["per_layer_s"] * plan.encoders
+    head_tail = entry.get("head_tail")  # the micro-batch's host work outside its layers, in layers
+    per_mb = entry["per_layer_s"] * (plan.encoders + sum(stage_head_tail(plan, head_tail).values()))
     total = fwd_s + bwd_s
     host_f = per_mb * (fwd_s / total if total > 0 else 1 / 3)
     host_b = per_mb - host_f
@@ -270,7 +300,7 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
     # micro-batch's backward is issued; the GPU still has that micro-batch's backlog to run (what
     # its GPU work exceeds its host work by: the host synchronises with the GPU once per
     # micro-batch, so no more) and then the update. Only what outlasts both shows.
-    shop = (issue_flow_shop(plan, *prices, entry["per_layer_s"], checkpoint_s)
+    shop = (issue_flow_shop(plan, *prices, entry["per_layer_s"], checkpoint_s, head_tail)
             if prices is not None and plan.runtime in FLOW_SHOP_RUNTIMES and not serial else None)
     if shop is not None:
         extra_f, extra_b, backlog = shop

@@ -10,6 +10,7 @@ from trainsim.calibration.host_overhead import (
     fit_host_overhead,
     load_host_overhead,
     main,
+    read_head_tail,
     read_rows,
     row_runtime,
     runtime_of,
@@ -292,6 +293,82 @@ def _issue_plan():
     return plan
 
 
+HEAD_TAIL = {"head_fwd": 0.4, "tail_fwd": 0.3, "head_bwd": 0.1, "tail_bwd": 0.2}
+
+
+def test_the_fit_counts_the_head_and_tail_as_layers_of_every_micro_batch():
+    # eager rows made with 2 ms per layer-step, 1 ms per iteration and a 1-layer head and tail per
+    # micro-batch: the fit with the head and tail recovers the line, and stores them; other
+    # runtimes' rows are untouched by them
+    rows = [_row("1gpu", L, m, 0.001 + 0.002 * m * (L + 1.0)) for L, m in ((4, 4), (8, 4), (4, 8), (8, 8))]
+    rows += [_row("tp2", L, m, 0.005 + 0.003 * L * m) for L, m in ((4, 4), (8, 4), (4, 8))]
+    t = fit_host_overhead(rows, HEAD_TAIL)
+    assert t["eager"]["per_layer_s"] == pytest.approx(0.002) and t["eager"]["per_iteration_s"] == pytest.approx(0.001)
+    assert t["eager"]["head_tail"] == HEAD_TAIL and "head_tail" not in t["dtensor_tp"]
+    assert t["dtensor_tp"]["per_layer_s"] == pytest.approx(0.003)
+    # without them the per-micro-batch term is absorbed: the line is another one
+    assert fit_host_overhead(rows)["eager"]["per_layer_s"] != pytest.approx(0.002, rel=0.05)
+
+
+def test_the_head_and_tail_are_the_probes_medians_and_a_bad_file_is_named(tmp_path):
+    import json
+
+    lines = [{"head_fwd": h, "tail_fwd": 0.3, "head_bwd": 0.1, "tail_bwd": 0.35, "layers_fwd_us": 400.0,
+              "layers_bwd_us": b} for h, b in ((0.3, 600.0), (0.4, 600.0), (0.5, 1600.0))]
+    p = tmp_path / "head.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    got = read_head_tail(str(p))
+    assert got == {"head_fwd": pytest.approx(0.4), "tail_fwd": 0.3, "head_bwd": 0.1, "tail_bwd": 0.35}
+    p.write_text(json.dumps({"head_fwd": 0.3}) + "\n")
+    with pytest.raises(ConfigError, match="head.jsonl"):
+        read_head_tail(str(p))
+
+
+def test_a_table_with_a_negative_head_is_refused(tmp_path):
+    import json
+
+    p = tmp_path / "host_overhead.json"
+    p.write_text(json.dumps({"runtimes": {"eager": {"per_layer_s": 0.002, "per_iteration_s": 0.0,
+                                                    "overlap": "overlapped", "head_tail": {**HEAD_TAIL,
+                                                                                           "head_fwd": -0.1}}}}))
+    with pytest.raises(ConfigError, match="head_tail.head_fwd"):
+        load_host_overhead(p)
+
+
+def test_the_flow_shop_waits_out_the_whole_head_after_the_synchronisation():
+    from trainsim.sim.costs import issue_flow_shop
+    plan = _issue_plan()
+    per_layer = 0.003
+    n, k = plan.encoders, len(plan.issue_layer)
+    ops = {*plan.issue_head, *plan.issue_layer, *plan.issue_tail}
+    # GPU-bound (every kernel 10 ms): the GPU idles only while the head is issued, all of it
+    slow = dict.fromkeys(ops, 0.010)
+    idle_f, idle_b, backlog = issue_flow_shop(plan, slow, slow, per_layer, head_tail=HEAD_TAIL)
+    first = HEAD_TAIL["head_fwd"] * per_layer / len(plan.issue_head)
+    assert idle_f == pytest.approx(first) and idle_b == pytest.approx(0.0, abs=1e-15)
+    # host-bound (kernels free): the GPU idles for the whole host time, which is the line with the
+    # head and tail, each layer's split evenly between its forward and backward (a norm that is
+    # both a layer's and the tail's operator is priced by its position)
+    free = dict.fromkeys(ops, 0.0)
+    idle_f, idle_b, backlog = issue_flow_shop(plan, free, free, per_layer, head_tail=HEAD_TAIL)
+    assert idle_f == pytest.approx(per_layer * (HEAD_TAIL["head_fwd"] + HEAD_TAIL["tail_fwd"] + 0.5 * n))
+    assert idle_b == pytest.approx(per_layer * (HEAD_TAIL["head_bwd"] + HEAD_TAIL["tail_bwd"] + 0.5 * n))
+    assert backlog == 0.0 and k > 1
+    # a table without them is the even spread, to the bit
+    assert issue_flow_shop(plan, slow, slow, per_layer, head_tail=None) == issue_flow_shop(plan, slow, slow, per_layer)
+
+
+def test_a_step_charges_the_head_and_tail_in_its_host_time():
+    prof = _Profile("overlapped")
+    plan = dataclasses.replace(_plan(1), runtime="eager")
+    plain = _host_fields(prof, plan, 0.002, 0.004, 0.0, 0.0, 0.004, [])
+    prof.host_overhead["eager"] = {**prof.host_overhead["eager"], "head_tail": HEAD_TAIL}
+    with_ends = _host_fields(prof, plan, 0.002, 0.004, 0.0, 0.0, 0.004, [])
+    ends = HEAD_TAIL["head_fwd"] + HEAD_TAIL["tail_fwd"] + HEAD_TAIL["head_bwd"] + HEAD_TAIL["tail_bwd"]
+    total = with_ends["host_fwd_s"] + with_ends["host_bwd_s"]
+    assert total == pytest.approx(plain["host_fwd_s"] + plain["host_bwd_s"] + 0.001 * ends)
+
+
 def test_the_flow_shop_by_hand():
     from trainsim.sim.costs import issue_flow_shop
     plan = _issue_plan()
@@ -423,13 +500,16 @@ def test_the_shipped_host_table_is_what_its_command_fits(tmp_path, monkeypatch):
     assert sorted(p.relative_to(root).as_posix() for p in sources) == sorted(shipped["source"])
     out = tmp_path / "host.json"
     monkeypatch.chdir(root)  # a lease-less file's machine is named by its folder and stem
-    assert main([str(p.relative_to(root)) for p in sources] + ["--out", str(out)]) == 0
+    assert main([str(p.relative_to(root)) for p in sources] + ["--head-tail", shipped["head_tail_source"],
+                                                                 "--out", str(out)]) == 0
     fitted = json.loads(out.read_text())["runtimes"]
     assert set(fitted) == set(shipped["runtimes"])
     for rt, v in shipped["runtimes"].items():
         assert fitted[rt]["per_layer_s"] == pytest.approx(v["per_layer_s"], rel=1e-9), rt
         assert fitted[rt]["per_iteration_s"] == pytest.approx(v["per_iteration_s"], rel=1e-9, abs=1e-12), rt
         assert fitted[rt]["lease_factors"] == pytest.approx(v["lease_factors"], rel=1e-9), rt
+        assert fitted[rt].get("head_tail") == v.get("head_tail"), rt
+    assert 1.0 < sum(shipped["runtimes"]["eager"]["head_tail"].values()) < 1.3
 
 
 def test_a_host_bound_note_gives_the_spread_of_every_machine_measured():

@@ -206,8 +206,18 @@ def test_kernel_categories_and_busy_time():
         "elementwise_other"
     events = [{"ph": "X", "cat": "kernel", "name": "gemm_a", "ts": 0.0, "dur": 10.0},
               {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum", "ts": 5.0, "dur": 10.0},
-              {"ph": "X", "cat": "kernel", "name": "elementwise", "ts": 20.0, "dur": 5.0},
+              {"ph": "X", "cat": "kernel", "name": "elementwise", "ts": 40.0, "dur": 5.0, "args": {"correlation": 7}},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts": 14.0, "dur": 16.0},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 36.0, "dur": 2.0,
+               "args": {"correlation": 7}},
               {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0.0, "dur": 100.0}]
     s = thp.summarize_trace(events, wall_s=50e-6)
     assert s["kernels"] == 3 and s["gemm_s"] == pytest.approx(10e-6)
     assert s["busy_s"] == pytest.approx(20e-6) and s["compute_busy_s"] == pytest.approx(15e-6)
+    assert [k[0] for k in s["top_kernels"]] == ["gemm_a", "ncclDevKernel_AllReduce_Sum", "elementwise"]
+    assert s["top_kernels"][0][1] == pytest.approx(10e-6) and s["top_kernels"][0][2] == 1
+    # the one idle gap: 15..40 us, after the all-reduce, before the elementwise kernel launched at 36 us;
+    # the synchronisation covers 15 of its 25 us
+    assert s["span_s"] == pytest.approx(45e-6) and s["idle_in_span_s"] == pytest.approx(25e-6)
+    assert s["top_gaps"] == [[pytest.approx(15e-6), pytest.approx(25e-6), "ncclDevKernel_AllReduce_Sum",
+                              "elementwise", pytest.approx(21e-6), ["cudaStreamSynchronize"]]]

@@ -694,25 +694,70 @@ def kernel_category(name: str) -> str:
     return "elementwise_other"
 
 
+TOP_KERNELS = 40  # the kernels that take the most time, by name, so a miss can be traced to an operator
+TOP_KERNEL_NAME_CHARS = 160
+TOP_GAPS = 16
+GAP_MIN_S = 10e-6  # shorter idle between kernels is the launch pipeline's own
+
+
 def summarize_trace(events: Sequence[dict], wall_s: float) -> dict:
     """Kernel seconds by category, the device's busy time (union of kernel intervals) and the wall.
+
+    ``top_kernels``: the ``TOP_KERNELS`` kernel names with the most time, ``[name, seconds, count]``.
 
     ``wall_s - busy_s`` is time the GPU ran no kernel at all: launch gaps, host-side DTensor /
     pipelining work, waiting for peers; ``busy_s - compute_busy_s`` approximates exposed NCCL.
     """
     by_cat = dict.fromkeys(KERNEL_CATEGORIES, 0.0)
+    by_name: dict[str, list[float]] = {}
     spans, compute = [], []
     for e in events:
         if e.get("cat") != "kernel" or e.get("ph") != "X":
             continue
-        cat = kernel_category(str(e.get("name", "")))
+        name = str(e.get("name", ""))
+        cat = kernel_category(name)
         start, dur = float(e["ts"]) * 1e-6, float(e.get("dur", 0.0)) * 1e-6
         by_cat[cat] += dur
+        tally = by_name.setdefault(name[:TOP_KERNEL_NAME_CHARS], [0.0, 0])
+        tally[0] += dur
+        tally[1] += 1
         spans.append((start, start + dur))
         if not cat.startswith("nccl"):
             compute.append((start, start + dur))
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:TOP_KERNELS]
     return {"wall_s": wall_s, "busy_s": _union(spans), "compute_busy_s": _union(compute), "kernels": len(spans),
-            **{f"{k}_s": v for k, v in by_cat.items()}}
+            **{f"{k}_s": v for k, v in by_cat.items()},
+            "top_kernels": [[name, secs, int(count)] for name, (secs, count) in top],
+            **idle_gaps(events)}
+
+
+def idle_gaps(events: Sequence[dict]) -> dict:
+    """Where the GPU ran no kernel between its first and its last: ``span_s`` (first start to last
+    end), ``idle_in_span_s``, and the ``TOP_GAPS`` longest gaps as ``[offset_s, gap_s, kernel before,
+    kernel after, launch_lag_s, blocking host calls]``: ``launch_lag_s`` is when the kernel after
+    the gap was launched, from the gap's start (near the gap's length: the host was late), and the
+    host calls are the CUDA runtime calls that cover over half the gap (a synchronisation)."""
+    kernels = sorted((float(e["ts"]) * 1e-6, float(e.get("dur", 0.0)) * 1e-6, str(e.get("name", "")),
+                      (e.get("args") or {}).get("correlation"))
+                     for e in events if e.get("cat") == "kernel" and e.get("ph") == "X")
+    if not kernels:
+        return {"span_s": 0.0, "idle_in_span_s": 0.0, "top_gaps": []}
+    runtime = [(float(e["ts"]) * 1e-6, float(e.get("dur", 0.0)) * 1e-6, str(e.get("name", "")),
+                (e.get("args") or {}).get("correlation"))
+               for e in events if e.get("cat") == "cuda_runtime" and e.get("ph") == "X"]
+    launched = {corr: ts for ts, _, _, corr in runtime if corr is not None}
+    first, end, before = kernels[0][0], kernels[0][0] + kernels[0][1], kernels[0][2]
+    gaps = []
+    for ts, dur, name, corr in kernels:
+        if ts > end + GAP_MIN_S:
+            lag = launched[corr] - end if corr in launched else None
+            blocking = sorted({n for rts, rdur, n, _ in runtime
+                               if min(rts + rdur, ts) - max(rts, end) > 0.5 * (ts - end)})
+            gaps.append([end - first, ts - end, before[:80], name[:80], lag, blocking])
+        if ts + dur > end:
+            end, before = ts + dur, name
+    return {"span_s": end - first, "idle_in_span_s": end - first - _union([(k[0], k[0] + k[1]) for k in kernels]),
+            "top_gaps": sorted(gaps, key=lambda g: -g[1])[:TOP_GAPS]}
 
 
 def _union(spans: list[tuple[float, float]]) -> float:
