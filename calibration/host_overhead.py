@@ -98,12 +98,6 @@ HEAD_TAIL_PARTS = ("head_fwd", "tail_fwd", "head_bwd", "tail_bwd")
 HEAD_TAIL_RUNTIMES = frozenset({"eager"})
 
 
-def head_tail_layers(entry: dict) -> float:
-    """A runtime entry's host work outside its layers per micro-batch, in layers (0 if not measured)."""
-    ht = entry.get("head_tail") or {}
-    return float(sum(ht.get(k, 0.0) for k in HEAD_TAIL_PARTS))
-
-
 def read_head_tail(path: str) -> dict[str, float]:
     """The medians of validation/probe_head_host.py's JSON lines (ConfigError naming the file)."""
     import statistics
