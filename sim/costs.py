@@ -204,30 +204,32 @@ def issue_flow_shop(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float],
     ``head_tail`` (the runtime table's, in layers; :func:`stage_head_tail`): the head's and the
     tail's own host work, measured (validation/probe_head_host.py). Then a layer's host time is
     spread evenly over its forward and backward operators, and the head's and the tail's over
-    theirs in each direction: after
-    the synchronisation the GPU waits out the whole head (the causal mask, the rotary tables), not
-    an average operator's share. Without it, the line is spread evenly over every operator issued.
+    theirs in each direction: after the synchronisation the GPU waits out the whole head (the
+    causal mask, the rotary tables), not an average operator's share. Without it, the line is
+    spread evenly over every operator issued. A recompute re-issues its operators at a layer
+    operator's forward rate.
     """
     if not plan.issue_layer:
         return None
     n = plan.encoders
     head, layer, tail = plan.issue_head, plan.issue_layer, plan.issue_tail
-    if head_tail is None:  # even: (head, layer, tail, recompute) issue times, forward then backward
+    # host time to issue one operator of the (head, a layer, the tail), forward and backward; by
+    # position, as one operator may be both a layer's and an end's (a norm)
+    if head_tail is None:  # even
         h = host_per_layer_s * n / (2 * (len(head) + n * len(layer) + len(tail)))
-        issue_f = issue_b = (h, h, h, h)
-    else:  # one operator may be both a layer's and an end's (a norm): the times go by position
+        issue_f = issue_b = (h, h, h)
+    else:
         ends = stage_head_tail(plan, head_tail)
-        per = host_per_layer_s
-        h = per / (2 * len(layer))  # a layer's operators, forward and backward alike
-        issue_f = (ends["head_fwd"] * per / max(1, len(head)), h, ends["tail_fwd"] * per / max(1, len(tail)), h)
-        issue_b = (ends["head_bwd"] * per / max(1, len(head)), h, ends["tail_bwd"] * per / max(1, len(tail)), 0.0)
+        per, h = host_per_layer_s, host_per_layer_s / (2 * len(layer))
+        issue_f = (ends["head_fwd"] * per / max(1, len(head)), h, ends["tail_fwd"] * per / max(1, len(tail)))
+        issue_b = (ends["head_bwd"] * per / max(1, len(head)), h, ends["tail_bwd"] * per / max(1, len(tail)))
     forward = [(op, issue_f[0]) for op in head] + [(op, issue_f[1]) for op in layer] * n \
         + [(op, issue_f[2]) for op in tail]
     # (operator, its price table, host time to issue it): a checkpoint's own work precedes its
     # layer's recompute (restoring the RNG, detaching the inputs), which re-issues its forward
     backward = [(op, bwd, issue_b[2]) for op in reversed(tail)]
     for _ in range(n):
-        backward += [(op, fwd, issue_f[3] + (checkpoint_s if i == 0 else 0.0))
+        backward += [(op, fwd, issue_f[1] + (checkpoint_s if i == 0 else 0.0))
                      for i, op in enumerate(plan.issue_recompute)]
         backward += [(op, bwd, issue_b[1]) for op in reversed(layer)]
     backward += [(op, bwd, issue_b[0]) for op in reversed(head)]

@@ -703,20 +703,22 @@ GAP_MIN_S = 10e-6  # shorter idle between kernels is the launch pipeline's own
 def summarize_trace(events: Sequence[dict], wall_s: float) -> dict:
     """Kernel seconds by category, the device's busy time (union of kernel intervals) and the wall.
 
-    ``top_kernels``: the ``TOP_KERNELS`` kernel names with the most time, ``[name, seconds, count]``.
+    ``top_kernels``: the ``TOP_KERNELS`` kernel names with the most time, ``[name, seconds, count]``;
+    ``span_s`` (first kernel's start to last one's end), ``idle_in_span_s`` (the span less the busy
+    time) and ``top_gaps`` (:func:`idle_gaps`).
 
     ``wall_s - busy_s`` is time the GPU ran no kernel at all: launch gaps, host-side DTensor /
     pipelining work, waiting for peers; ``busy_s - compute_busy_s`` approximates exposed NCCL.
     """
+    # (start s, duration s, name, correlation id), in start order
+    kernels = sorted((float(e["ts"]) * 1e-6, float(e.get("dur", 0.0)) * 1e-6, str(e.get("name", "")),
+                      (e.get("args") or {}).get("correlation"))
+                     for e in events if e.get("cat") == "kernel" and e.get("ph") == "X")
     by_cat = dict.fromkeys(KERNEL_CATEGORIES, 0.0)
     by_name: dict[str, list[float]] = {}
     spans, compute = [], []
-    for e in events:
-        if e.get("cat") != "kernel" or e.get("ph") != "X":
-            continue
-        name = str(e.get("name", ""))
+    for start, dur, name, _ in kernels:
         cat = kernel_category(name)
-        start, dur = float(e["ts"]) * 1e-6, float(e.get("dur", 0.0)) * 1e-6
         by_cat[cat] += dur
         tally = by_name.setdefault(name[:TOP_KERNEL_NAME_CHARS], [0.0, 0])
         tally[0] += dur
@@ -725,23 +727,23 @@ def summarize_trace(events: Sequence[dict], wall_s: float) -> dict:
         if not cat.startswith("nccl"):
             compute.append((start, start + dur))
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:TOP_KERNELS]
-    return {"wall_s": wall_s, "busy_s": _union(spans), "compute_busy_s": _union(compute), "kernels": len(spans),
+    busy = _union(spans)
+    span = max(b for _, b in spans) - spans[0][0] if spans else 0.0
+    return {"wall_s": wall_s, "busy_s": busy, "compute_busy_s": _union(compute), "kernels": len(spans),
             **{f"{k}_s": v for k, v in by_cat.items()},
             "top_kernels": [[name, secs, int(count)] for name, (secs, count) in top],
-            **idle_gaps(events)}
+            "span_s": span, "idle_in_span_s": span - busy, "top_gaps": idle_gaps(kernels, events)}
 
 
-def idle_gaps(events: Sequence[dict]) -> dict:
-    """Where the GPU ran no kernel between its first and its last: ``span_s`` (first start to last
-    end), ``idle_in_span_s``, and the ``TOP_GAPS`` longest gaps as ``[offset_s, gap_s, kernel before,
-    kernel after, launch_lag_s, blocking host calls]``: ``launch_lag_s`` is when the kernel after
-    the gap was launched, from the gap's start (near the gap's length: the host was late), and the
-    host calls are the CUDA runtime calls that cover over half the gap (a synchronisation)."""
-    kernels = sorted((float(e["ts"]) * 1e-6, float(e.get("dur", 0.0)) * 1e-6, str(e.get("name", "")),
-                      (e.get("args") or {}).get("correlation"))
-                     for e in events if e.get("cat") == "kernel" and e.get("ph") == "X")
+def idle_gaps(kernels: Sequence[tuple[float, float, str, Any]], events: Sequence[dict]) -> list[list]:
+    """The ``TOP_GAPS`` longest stretches with no kernel running between the first kernel and the
+    last (``kernels`` as :func:`summarize_trace` lists them, in start order), each ``[offset_s, gap_s,
+    kernel before, kernel after, launch_lag_s, blocking host calls]``: ``launch_lag_s`` is when the
+    kernel after the gap was launched, from the gap's start (near the gap's length: the host was
+    late), and the host calls are the CUDA runtime calls in ``events`` that cover over half the gap
+    (a synchronisation)."""
     if not kernels:
-        return {"span_s": 0.0, "idle_in_span_s": 0.0, "top_gaps": []}
+        return []
     runtime = [(float(e["ts"]) * 1e-6, float(e.get("dur", 0.0)) * 1e-6, str(e.get("name", "")),
                 (e.get("args") or {}).get("correlation"))
                for e in events if e.get("cat") == "cuda_runtime" and e.get("ph") == "X"]
@@ -756,8 +758,7 @@ def idle_gaps(events: Sequence[dict]) -> dict:
             gaps.append([end - first, ts - end, before[:80], name[:80], lag, blocking])
         if ts + dur > end:
             end, before = ts + dur, name
-    return {"span_s": end - first, "idle_in_span_s": end - first - _union([(k[0], k[0] + k[1]) for k in kernels]),
-            "top_gaps": sorted(gaps, key=lambda g: -g[1])[:TOP_GAPS]}
+    return sorted(gaps, key=lambda g: -g[1])[:TOP_GAPS]
 
 
 def _union(spans: list[tuple[float, float]]) -> float:
