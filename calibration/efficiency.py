@@ -44,7 +44,7 @@ FP8_GEMMS = frozenset({OpKind.FP8_LINEAR1, OpKind.FP8_LINEAR2, OpKind.FP8_LINEAR
 LAUNCH_FILE = "launch.json"
 
 #: which datasheet GPU each reference cluster's samples were taken on (method.md, Clusters)
-REFERENCE_GPUS = {"Perlmutter": "a100-sxm4-40gb", "Vista": "gh200"}
+REFERENCE_GPUS = {"Perlmutter": "a100-sxm4-80gb", "Vista": "gh200"}
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """How well a transfer profile predicts a GPU it never measured: per-operator MAPE on real samples.
 
 ``python -m trainsim.calibration.transfer_check [--reference-data DIR] [--source h100-sxm-bf16]``
-prices every operator sample of the reference clusters (Perlmutter: A100-SXM4-40GB; Vista: GH200;
-method.md) with ``transfer:<that GPU>`` — the source profile's efficiencies on the target's datasheet
-roofline — and prints, per operator and direction, the MAPE against the measured duration, the
-median signed error, and the same for the raw source profile (the H100's prices used as they are,
-the "no transfer" baseline). Nothing of the target GPU is fitted: its samples only score the result.
+prices every operator sample of the reference clusters (Perlmutter: A100-SXM4-80GB, the part its
+files name; Vista: GH200; method.md) with ``transfer:<that GPU>`` — the source profile's
+efficiencies on the target's datasheet roofline — and prints, per operator and direction, the MAPE
+against the measured duration, the median signed error, and the same for the raw source profile (the
+H100's prices used as they are, the "no transfer" baseline). Nothing of the target GPU is fitted:
+its samples only score the result.
 
 The reference samples were taken in fp16 with the paper's Megatron operators; the H100 profile
 measured the same operator code in bf16 (same tensor-core rate on both GPUs' datasheets).
