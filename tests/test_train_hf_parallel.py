@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -97,7 +98,7 @@ def two_proc(tmp_path_factory) -> Path:
     first = _launch(where, 2, "dp2,tp2,pp2,fsdp2")
     assert "layout" in first.stdout  # the closing table
     # the second batch resumes: dp2 is in the CSV already (skipped), pp2 with GPipe is a new row
-    again = _launch(where, 2, "dp2,pp2", "--schedule=gpipe", dump="dump-gpipe")
+    again = _launch(where, 2, "dp2,pp2", "--schedule=gpipe", "--kernels-all-ranks", dump="dump-gpipe")
     assert "dp2 tiny" not in again.stdout and "pp2 tiny" in again.stdout
     return where
 
@@ -127,6 +128,16 @@ def test_rows_columns_and_resume(two_proc):
         assert 0 < float(r["min_s"]) <= float(r["median_s"]) and float(r["max_mem_gib"]) > 0
     # tp and pp train on data-parallel rank 0's rows only: the same first loss as each other
     assert by["tp2", "none"]["loss"] == by["pp2", "1f1b"]["loss"] == by["pp2", "gpipe"]["loss"]
+
+
+def test_kernels_all_ranks_writes_each_stage_its_own_summary(two_proc):
+    # the GPipe batch ran with --kernels-all-ranks: rank 0's summary beside the table, rank 1's in its own file
+    (zero,) = [json.loads(x) for x in (two_proc / "out.csv.kernels.jsonl").read_text().splitlines()]
+    (one,) = [json.loads(x) for x in (two_proc / "out.csv.kernels.rank1.jsonl").read_text().splitlines()]
+    assert (zero["layout"], zero["schedule"], zero["name"]) == ("pp2", "gpipe", "tiny") and "rank" not in zero
+    assert (one["layout"], one["schedule"], one["name"], one["rank"]) == ("pp2", "gpipe", "tiny", 1)
+    for k in (zero, one):
+        assert k["wall_s"] > 0 and k["compute_busy_s"] >= 0
 
 
 def test_four_process_2d_layouts_match_reference(tmp_path):

@@ -10,7 +10,8 @@
 #   SCHEDULES=1f1b    pipeline schedules to run the pp layouts with ("1f1b gpipe" for both)
 #   SHAPES=CSV        default validation/hf_parallel_shapes.csv
 #   BUDGET_S=420      start no new pair after this many seconds (the device command limit is 600 s)
-#   KERNELS=1         also profile one iteration per pair (<csv>.kernels.jsonl)
+#   KERNELS=1         also profile one iteration per pair (<csv>.kernels.jsonl); KERNELS=all on every
+#                     rank (rank r > 0 into <csv>.kernels.rank<r>.jsonl: each pipeline stage's kernels)
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=. PYTHONUNBUFFERED=1
 NPROC=${NPROC:-2}
@@ -23,7 +24,7 @@ LAYOUTS=${LAYOUTS:-$DEFAULT_LAYOUTS}
 SCHEDULES=${SCHEDULES:-1f1b}
 SHAPES=${SHAPES:-validation/hf_parallel_shapes.csv}
 OUT=${OUT:-out}; WORK=${WORK:-/tmp/hf_parallel}; CSV="$WORK/measured.csv"
-KFLAG=""; [ "${KERNELS:-0}" = 1 ] && KFLAG="--kernels"
+KFLAG=""; [ "${KERNELS:-0}" = 1 ] && KFLAG="--kernels"; [ "${KERNELS:-0}" = all ] && KFLAG="--kernels-all-ranks"
 mkdir -p "$OUT" "$WORK"
 start=$(date +%s); budget=${BUDGET_S:-420}
 
@@ -61,6 +62,7 @@ done
 
 cp "$CSV" "$OUT/measured_hf_parallel.csv" 2>/dev/null
 [ -f "$CSV.kernels.jsonl" ] && cp "$CSV.kernels.jsonl" "$OUT/measured_hf_parallel.csv.kernels.jsonl"
+for f in "$CSV".kernels.rank*.jsonl; do [ -f "$f" ] && cp "$f" "$OUT/measured_hf_parallel.csv.${f##*.csv.}"; done
 echo "elapsed $(( $(date +%s) - start )) s"
 python3 - "$CSV" <<'EOF'
 import csv, sys
