@@ -1,8 +1,9 @@
 """Probe: where DDP's time goes beyond one GPU's (issue 12: the dp rows are under-predicted by 1-10 %).
 
-On two GPUs of one host, per shape, the same HF GPT-NeoX trainer as validation/train_hf_parallel.py
-(``dp2``: DDP with 25 MB buckets, ``no_sync`` for all but the last micro-batch) in variants, each
-timed in turn in one process (rounds, so a drifting machine hits every variant alike):
+On two GPUs of one host (``--layout dp4``: four), per shape, the same HF GPT-NeoX trainer as
+validation/train_hf_parallel.py (``dp2``: DDP with 25 MB buckets, ``no_sync`` for all but the last
+micro-batch) in variants, each timed in turn in one process (rounds, so a drifting machine hits
+every variant alike):
 
 * ``alone``: no DDP, each rank trains its own replica (one GPU's work, two GPUs busy at once);
 * ``ddp``: as measured in the tables;
@@ -40,6 +41,7 @@ def main() -> int:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--iters", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--layout", default="dp2", help="the data-parallel layout (dpN, N = the world size)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     import torch
@@ -53,14 +55,14 @@ def main() -> int:
         return fut
 
     def build(name: str, shape):
-        targs = thp.build_parser().parse_args(["--layouts", "dp2", "--out", "/dev/null"])
+        targs = thp.build_parser().parse_args(["--layouts", args.layout, "--out", "/dev/null"])
         targs.dtype = "bf16" if env.cuda else "fp32"
         targs.ddp_off = name == "alone"
         targs.ddp_kwargs = {"nobcast": {"broadcast_buffers": False},
                             "view": {"gradient_as_bucket_view": True}}.get(name, {})
         targs.ddp_comm_hook = noop_hook if name == "noop" else None
         targs.ddp_sync_every = name == "every"
-        trainer = thp.build_trainer(env, thp.parse_layout("dp2"), shape, targs)
+        trainer = thp.build_trainer(env, thp.parse_layout(args.layout), shape, targs)
         for _ in range(3):
             trainer.step()
         return targs, trainer
@@ -76,7 +78,7 @@ def main() -> int:
                 env.timed_step(trainer)
                 phases = targs.phase_log
                 targs.phase_log = None
-                row = {"shape": sname, "variant": name, "round": rnd, "min_s": min(walls),
+                row = {"shape": sname, "layout": args.layout, "variant": name, "round": rnd, "min_s": min(walls),
                        "median_s": statistics.median(walls),
                        "fwd_s": [p[1] for p in phases if p[0] == "mb"],
                        "bwd_s": [p[2] for p in phases if p[0] == "mb"],
