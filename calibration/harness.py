@@ -269,8 +269,18 @@ def _tensors(t: dict) -> list:
 
 
 def _kernel_bench(op: Op, direction: Direction, env: Env) -> Bench:
-    torch = env.torch
     make, fwd, autocast = _body(op, env)
+    return autograd_bench(make, fwd, direction, env, autocast)
+
+
+def autograd_bench(make: Callable[[], dict], fwd: Callable[[dict], Any], direction: Direction, env: Env,
+                   autocast: bool = False, output_grad: Callable[[tuple], tuple] | None = None) -> Bench:
+    """The forward, or the backward (``torch.autograd.grad`` over a graph recorded once per input
+    set), of ``fwd`` on input sets built by ``make`` (its tensors that require grad are the ones
+    differentiated), rotated as the module doc says. ``output_grad`` seeds the backward from the
+    outputs; by default a loss (a scalar) gets the 1.0 that ``loss.backward()`` seeds and other
+    outputs a random gradient."""
+    torch = env.torch
     first = make()
     sets = [first] + [make() for _ in range(_sets_for(_nbytes(_tensors(first)), env.l2_bytes) - 1)]
     nbytes = _nbytes(_tensors(first))
@@ -292,8 +302,8 @@ def _kernel_bench(op: Op, direction: Direction, env: Env) -> Bench:
         with torch.enable_grad():
             out = forward(t)
         outs = out if isinstance(out, tuple) else (out,)
-        # a loss gets the 1.0 that loss.backward() seeds; other outputs a random gradient
-        grads = tuple(torch.ones_like(o) if o.dim() == 0 else env.randn(*o.shape, dtype=o.dtype) for o in outs)
+        grads = (output_grad(outs) if output_grad is not None else
+                 tuple(torch.ones_like(o) if o.dim() == 0 else env.randn(*o.shape, dtype=o.dtype) for o in outs))
         wrt = [x for x in _tensors(t) if x.requires_grad]
         graphs.append((outs, wrt, grads))
 

@@ -11,12 +11,12 @@ resumable table it writes.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from validation_script import load_script
 
 torch = pytest.importorskip("torch")
 
@@ -24,15 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "validation" / "probe_reference_protocol.py"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("probe_reference_protocol", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("probe_reference_protocol", mod)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-probe = _module()
+probe = load_script("probe_reference_protocol")
 
 
 def test_the_reference_gemm_dimensions_and_bias():

@@ -10,13 +10,13 @@ process with plain ops. DP replicas and the replicated tensors of MP ranks must 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from validation_script import load_script
 
 torch = pytest.importorskip("torch")
 
@@ -29,15 +29,7 @@ MODEL = dict(hidden=32, heads=4, layers=4, seq=8, vocab=256, micro_batch=2, micr
 RTOL, ATOL = 1e-5, 1e-6
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("train_3d", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("train_3d", mod)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-t3d = _module()
+t3d = load_script("train_3d")
 
 
 def _launch(tmp_path: Path, pp: int, mp: int, dp: int, *extra: str) -> subprocess.CompletedProcess:

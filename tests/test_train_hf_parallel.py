@@ -17,7 +17,6 @@ eps 1e-8 Adam turns that noise into steps of up to lr, and tp2 then differs from
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
 import subprocess
@@ -25,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from validation_script import load_script
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -36,15 +36,7 @@ VOCAB, EPS = 256, 1e-4
 RTOL, ATOL = 1e-5, 1e-6
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("train_hf_parallel", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("train_hf_parallel", mod)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-thp = _module()
+thp = load_script("train_hf_parallel")
 
 
 def _shapes(where: Path) -> Path:

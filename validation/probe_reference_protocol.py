@@ -37,7 +37,7 @@ import math
 import time
 from pathlib import Path
 
-from trainsim.calibration.harness import Bench, _sets_for, gemm_dims, make_env, measure, robust_mean, time_bench
+from trainsim.calibration.harness import Bench, autograd_bench, gemm_dims, make_env, measure, robust_mean, time_bench
 from trainsim.operators.ops import Direction, Op, OpKind
 
 FIELDS = ("kind", "b", "l", "d", "h", "mp", "v")
@@ -99,29 +99,11 @@ def output_gradient(op: Op, out, env, normal: bool):
 
 
 def reference_bench(op: Op, direction: Direction, env, normal: bool) -> Bench:
-    torch = env.torch
+    """The reference's operator timed as the harness times ours (``harness.autograd_bench``), its
+    backward seeded by :func:`output_gradient`."""
     make, fwd = reference_operator(op, env, normal)
-    first = make()
-    nbytes = sum(x.numel() * x.element_size() for x in first.values())
-    sets = [first] + [make() for _ in range(_sets_for(nbytes, env.l2_bytes) - 1)]
-    for t in sets:
-        for x in t.values():
-            x.requires_grad_(True)
-    if direction is Direction.FWD:
-        def run_fwd(i):
-            with torch.enable_grad():
-                return fwd(sets[i])
-        return Bench(run_fwd, len(sets), nbytes)
-    graphs = []
-    for t in sets:
-        with torch.enable_grad():
-            out = fwd(t)
-        graphs.append((out, list(t.values()), output_gradient(op, out, env, normal)))
-
-    def run_bwd(i):
-        out, wrt, g = graphs[i]
-        return torch.autograd.grad(out, wrt, g, retain_graph=True)
-    return Bench(run_bwd, len(graphs), nbytes)
+    return autograd_bench(lambda: {k: x.requires_grad_(True) for k, x in make().items()}, fwd, direction, env,
+                          output_grad=lambda outs: (output_gradient(op, outs[0], env, normal),))
 
 
 def grad_stats(op: Op, env) -> tuple[float, float]:

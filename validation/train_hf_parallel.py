@@ -633,11 +633,6 @@ def _measure(env: Env, trainer: Trainer, layout: Layout, shape: Shape, args) -> 
         if it >= args.warmup:
             times.append(dt)
     kernels = _profile(env, trainer, args.kernels_all_ranks) if args.kernels or args.kernels_all_ranks else None
-    if kernels is not None and env.rank != 0:  # --kernels-all-ranks: each rank writes its own file
-        with open(f"{args.out}.kernels.rank{env.rank}.jsonl", "a") as fh:
-            fh.write(json.dumps({"layout": layout.name, "schedule": trainer.schedule, "name": shape.name,
-                                 "rank": env.rank, **kernels}) + "\n")
-        kernels = None
     # the first iteration's mean micro-batch loss over its owners (the same model and data in every layout)
     lt = torch.tensor([first[0], first[1]] if first else [0.0, 0.0], dtype=torch.float64, device=env.device)
     dist.all_reduce(lt)
@@ -805,6 +800,14 @@ def summarize_profile(prof, wall_s: float) -> dict:
 
 
 # ----------------------------------------------------------------------------- output
+
+
+def append_kernels(out: Path, rank: int, key: dict[str, str], kernels: dict) -> None:
+    """A profiled pair's kernel summary: rank 0's into ``<out>.kernels.jsonl``, rank r's (with
+    ``--kernels-all-ranks``) into ``<out>.kernels.rank<r>.jsonl`` with its ``rank``."""
+    path, tag = (f"{out}.kernels.jsonl", {}) if rank == 0 else (f"{out}.kernels.rank{rank}.jsonl", {"rank": rank})
+    with open(path, "a") as fh:
+        fh.write(json.dumps({**key, **tag, **kernels}) + "\n")
 
 
 def done_keys(path: Path) -> set[tuple[str, ...]]:
@@ -991,12 +994,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if res is None:
                 free_memory(env)  # here, after the except block let go of the exception's frames
                 continue
+            if res["kernels"] is not None:  # the ranks that profiled (rank 0, or every one)
+                append_kernels(out, env.rank, {"layout": lay.name, "schedule": res["row"]["schedule"], "name": s.name},
+                               res["kernels"])
             if env.rank == 0:
                 append_row(out, res["row"])
-                if res["kernels"] is not None:
-                    with open(f"{out}.kernels.jsonl", "a") as fh:
-                        fh.write(json.dumps({"layout": lay.name, "schedule": res["row"]["schedule"],
-                                             "name": s.name, **res["kernels"]}) + "\n")
                 rows.append(res["row"])
                 r = res["row"]
                 print(f"{lay.name} {s.name}: min {r['min_s']} s, median {r['median_s']} s, "
