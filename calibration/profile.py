@@ -198,6 +198,8 @@ class FittedProfile:
         self.host_overhead: dict[str, dict] | None = None
         # compute-communication interference (calibration.interference.InterferenceModel); None: not measured
         self.interference: Any = None
+        # the sustained-load power cap of the GPU measured (calibration.power_cap.PowerCapModel); None: not measured
+        self.power_cap: Any = None
         # profile.model: "duration" regressors predict microseconds; "efficiency" ones the slowdown over
         # the roofline of the GPU measured (calibration.efficiency), priced on ``target`` (that GPU, or
         # another one's datasheet for a transfer profile)
@@ -223,8 +225,8 @@ class FittedProfile:
     def with_target(self, target: Roofline, name: str | None = None) -> FittedProfile:
         """A transfer profile: this profile's learned efficiencies priced on another GPU's roofline.
 
-        Only an efficiency profile can transfer. Its collectives, host costs and interference were
-        measured on the source machine and are dropped: collectives fall back to the topology's
+        Only an efficiency profile can transfer. Its collectives, host costs, interference and power
+        cap were measured on the source machine and are dropped: collectives fall back to the topology's
         closed forms (and say so)."""
         if self.model not in EFFICIENCY_MODELS or self.roofline is None:
             raise ConfigError("profile", f"profile '{self.name}' is not an efficiency profile; only one can be "
@@ -235,6 +237,7 @@ class FittedProfile:
         other.regressors = _OpsOnly(self.regressors)
         other.host_overhead = None
         other.interference = None
+        other.power_cap = None  # the cap and the clocks are the measured GPU's
         other._warned = set()
         return other
 
@@ -936,6 +939,10 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
             from trainsim.calibration.interference import load_interference
 
             prof.interference = load_interference(interference_file)
+        from trainsim.calibration.power_cap import POWER_FILE, load_power_cap
+
+        if (path / POWER_FILE).is_file():  # how the GPU's power cap slows its kernels under sustained load
+            prof.power_cap = load_power_cap(path / POWER_FILE)
         return prof
     known = ["reference:Perlmutter", "reference:Vista", "roofline:<gpu>", "transfer:<gpu>", *shipped_profiles()]
     raise ConfigError("profile", f"unknown profile '{name}'; known: {', '.join(known)}, or a sample directory")

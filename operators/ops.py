@@ -441,6 +441,8 @@ def bytes_moved(op: Op, direction: Direction, elem_bytes: int = 2) -> float:
 _BF16_OF = {OpKind.FP8_LINEAR1: OpKind.LINEAR1, OpKind.FP8_LINEAR2: OpKind.LINEAR2,
             OpKind.FP8_LINEAR3: OpKind.LINEAR3, OpKind.FP8_LINEAR4: OpKind.LINEAR4}
 FP8_OF = {bf16: fp8 for fp8, bf16 in _BF16_OF.items()}
+#: the GEMMs on FP8 inputs (their tensor cores and power draw are FP8's)
+FP8_GEMM_KINDS = frozenset(_BF16_OF)
 
 #: each eager kind that ``training.kernels: fused`` replaces, and its fused kind
 FUSED_OF = {OpKind.ROPE: OpKind.ROPE_FUSED, OpKind.SWIGLU: OpKind.SWIGLU_FUSED, OpKind.FP8_CAST: OpKind.FP8_CAST_FUSED}

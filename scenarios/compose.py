@@ -162,7 +162,8 @@ def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: st
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = duration_model(scenario, reference_data, cache_dir, fit_progress)
-        costs = build_costs(plans, scenario.training, scenario.parallelism, scenario.cluster, model)
+        costs = build_costs(plans, scenario.training, scenario.parallelism, scenario.cluster, model,
+                            power_cap=scenario.profile.power_cap)
     from trainsim.calibration import ExtrapolationWarning
     from trainsim.calibration.samples import DataQuirkWarning
 

@@ -55,6 +55,9 @@ class ProfileSpec:
     # work: calibration.profile.ROOFLINE_EXPONENT); None: duration for reference:* and for samples of
     # a GPU without datasheet peaks, else efficiency
     model: str | None = None
+    # the profile's measured sustained-load power cap (calibration.power_cap: tensor-core kernels slower
+    # than their burst samples when a stage keeps the GPU in them); false: priced as sampled
+    power_cap: bool = True
 
     @property
     def extrapolation(self) -> str:
@@ -67,6 +70,8 @@ class ProfileSpec:
             raise ConfigError("profile.extrapolate", f"must be work or edge, got {show(self.extrapolate)}")
         if self.model is not None and self.model not in ("duration", "efficiency", "monotone"):
             raise ConfigError("profile.model", f"must be duration, efficiency or monotone, got {show(self.model)}")
+        if not isinstance(self.power_cap, bool):
+            raise ConfigError("profile.power_cap", f"must be true or false, got {show(self.power_cap)}")
         if not isinstance(self.name, str) or not self.name.strip():
             raise ConfigError("profile.name", f"must be a profile name or a samples folder, got {show(self.name)}")
         if self.reference_data is not None and (not isinstance(self.reference_data, str)

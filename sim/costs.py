@@ -17,7 +17,7 @@ import numpy as np
 
 from trainsim.operators import Collective, CollKind, Direction, DurationModel, Op, OpKind, StagePlan, TrainingSpec
 from trainsim.operators.errors import ConfigError, NoSamplesError
-from trainsim.operators.ops import UNFUSED_OF, eager_op, hf_params
+from trainsim.operators.ops import FP8_GEMM_KINDS, UNFUSED_OF, eager_op, flops, hf_params
 from trainsim.operators.spec import Parallelism
 from trainsim.operators.stages import DPBuckets, GradSegment
 from trainsim.topology import ClusterSpec, Placement, closed_form_seconds
@@ -90,6 +90,12 @@ class StageCost:
     cp_ring_s: float = 0.0
     cp_send_s: float = 0.0
     cp_bytes: float = 0.0
+    # Per micro-batch (forward + backward, recompute included): the tensor cores' work, each
+    # operator's FLOPs at the power probe's GEMM rate (no more than its duration), and the
+    # sustained-load factor the power cap put on that work (1.0: none; calibration.power_cap,
+    # :func:`build_costs`)
+    compute_bound_s: float = 0.0
+    power_cap_factor: float = 1.0
 
     @property
     def fwd_s(self) -> float:
@@ -495,6 +501,66 @@ def _compute_factor(im: _ComputeSlowdown, ops: Sequence, table: dict[Op, float],
     return float(sum(t * im.compute_factor(cls, size) for cls, t in shares.items()) / total)
 
 
+class _PowerCap(Protocol):
+    """What build_costs needs of a profile's power-cap model (calibration.power_cap.PowerCapModel)."""
+
+    gpu: str
+
+    def factor(self, precision: str, share: float) -> float: ...
+
+    def tensor_core_seconds(self, precision: str, work: float) -> float: ...
+
+
+#: (operator, direction) -> (its FLOPs at the power probe's GEMM rate, s; the GEMM precision whose power
+#: curve it follows)
+TensorCoreSeconds = dict[tuple[Op, Direction], tuple[float, str]]
+
+
+def _tensor_core_seconds(model: DurationModel, ops: Sequence[Op], power_cap: bool) -> TensorCoreSeconds:
+    """Each operator's tensor-core work as seconds of the power probe's GEMM (calibration.power_cap);
+    empty where the profile has no power cap or it is switched off."""
+    cap = getattr(model, "power_cap", None)
+    if not power_cap or cap is None:
+        return {}
+    out: TensorCoreSeconds = {}
+    for op in ops:
+        precision = "fp8" if op.kind in FP8_GEMM_KINDS else "bf16"
+        for d in (Direction.FWD, Direction.BWD):
+            out[op, d] = (cap.tensor_core_seconds(precision, flops(op, d)), precision)
+    return out
+
+
+def _compute_bound_s(p: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float], tc: TensorCoreSeconds) -> float:
+    """A micro-batch's tensor-core seconds on this stage (forward, backward and recompute), each
+    operator's no more than its duration."""
+    if not tc:
+        return 0.0
+    f = sum(oc.count * min(fwd[oc.op], tc[oc.op, Direction.FWD][0]) for oc in (*p.forward, *p.recompute))
+    return f + sum(oc.count * min(bwd[oc.op], tc[oc.op, Direction.BWD][0]) for oc in p.backward)
+
+
+def power_cap_shares(costs: IterationCosts, iteration_s: float) -> list[float]:
+    """Per stage, the share of the iteration its GPUs spend in tensor-core work (every micro-batch's
+    ``compute_bound_s`` over the iteration): the D of calibration.power_cap's measured curve. Bubbles,
+    exposed communication and the host's gaps count as the low-power time they are."""
+    if not (iteration_s > 0):
+        return [0.0] * len(costs.stages)
+    return [min(1.0, costs.micro_batches * s.compute_bound_s / iteration_s) for s in costs.stages]
+
+
+def _sustained(fwd: dict[Op, float], bwd: dict[Op, float], tc: TensorCoreSeconds, cap: _PowerCap,
+               d: float) -> tuple[dict[Op, float], dict[Op, float]]:
+    """The operator tables of a GPU that sustains tensor-core share ``d``: each operator longer by its
+    precision's measured factor, less one, times its tensor-core seconds."""
+    def stretch(table: dict[Op, float], direction: Direction) -> dict[Op, float]:
+        out = {}
+        for op, t in table.items():
+            sec, precision = tc.get((op, direction), (0.0, "bf16"))
+            out[op] = t + (cap.factor(precision, d) - 1.0) * min(t, sec)
+        return out
+    return stretch(fwd, Direction.FWD), stretch(bwd, Direction.BWD)
+
+
 def _op_table(model: DurationModel, ops: Sequence[Op], direction: Direction,
               notes: list[str] | None = None) -> dict[Op, float]:
     if not ops:
@@ -560,8 +626,13 @@ def build_costs(
     par: Parallelism,
     cluster: ClusterSpec,
     model: DurationModel,
+    power_cap: bool = True,
 ) -> IterationCosts:
-    """Predict every operator and collective once and compose the per-stage costs."""
+    """Predict every operator and collective once and compose the per-stage costs.
+
+    Where the profile has a measured power cap (``model.power_cap``, calibration.power_cap) and
+    ``power_cap`` is on, the stages are composed again with their tensor-core kernels slowed as a
+    GPU sustaining that stage's mix is (:func:`power_cap_shares`)."""
     placement = Placement(par, cluster.gpus_per_node)
     notes: list[str] = []
 
@@ -654,7 +725,7 @@ def build_costs(
 
     rs_s, ag_s = (wanted[mp_ar], wanted[mp_ag]) if mp_ag is not None and mp_ar is not None else (0.0, 0.0)
 
-    def mp_total(p: StagePlan, direction: str, count: int) -> float:
+    def mp_total(p: StagePlan, direction: str, count: int, fwd: dict[Op, float], bwd: dict[Op, float]) -> float:
         listed = mp_lists.get((p.index, direction))
         if listed is not None:
             return sum(c * wanted[k] for k, c in listed)
@@ -663,8 +734,9 @@ def build_costs(
         return count * mp_s
 
     im = getattr(model, "interference", None)  # the profile's measured interference, if any
-    stages = []
-    for p in plans:
+    share = _tensor_core_seconds(model, ops, power_cap)
+
+    def compose(p: StagePlan, factor: float, fwd: dict[Op, float], bwd: dict[Op, float]) -> StageCost:
         s = p.index
         fwd_s = sum(oc.count * fwd[oc.op] for oc in p.forward)
         rec_s = sum(oc.count * fwd[oc.op] for oc in p.recompute)
@@ -703,13 +775,13 @@ def build_costs(
         ag_total = sum(wanted[c] for c in dp_ag[s])
         ag_hidden = min(ag_total, fwd_s) if training.overlap_param_gather else 0.0
         ag_exposed = ag_total - ag_hidden
-        stages.append(StageCost(
+        return StageCost(
             index=s,
             fwd_compute_s=fwd_s,
             bwd_compute_s=bwd_s,
             recompute_s=rec_s,
-            mp_fwd_s=mp_total(p, "fwd", p.mp_allreduces_fwd),
-            mp_bwd_s=mp_total(p, "bwd", p.mp_allreduces_bwd),
+            mp_fwd_s=mp_total(p, "fwd", p.mp_allreduces_fwd, fwd, bwd),
+            mp_bwd_s=mp_total(p, "bwd", p.mp_allreduces_bwd, fwd, bwd),
             mp_allreduce_s=mp_s,
             mp_fwd_count=p.mp_allreduces_fwd if par.mp > 1 else 0,
             mp_bwd_count=p.mp_allreduces_bwd if par.mp > 1 else 0,
@@ -737,10 +809,32 @@ def build_costs(
             dp_bucket_ready=dp_ready[s],
             fsdp_fwd_s=fsdp_f, fsdp_bwd_s=fsdp_b,
             **_interference(model, p, bwd, [float(c.bytes) for c in dp_ar[s]]),
-            **_host_fields(model, p, fwd_s, bwd_s, mp_total(p, "fwd", p.mp_allreduces_fwd),
-                           mp_total(p, "bwd", p.mp_allreduces_bwd),
+            **_host_fields(model, p, fwd_s, bwd_s, mp_total(p, "fwd", p.mp_allreduces_fwd, fwd, bwd),
+                           mp_total(p, "bwd", p.mp_allreduces_bwd, fwd, bwd),
                            upd[p.optimizer] + accum_s, notes, (fwd, bwd)),
-        ))
+            compute_bound_s=_compute_bound_s(p, fwd, bwd, share), power_cap_factor=factor,
+        )
+
+    stages = [compose(p, 1.0, fwd, bwd) for p in plans]
+    cap = getattr(model, "power_cap", None) if power_cap else None
+    if cap is not None and share:
+        from trainsim.sim.eq7 import eq7
+
+        def shares_of(stages: list[StageCost]) -> list[float]:
+            it = IterationCosts(stages=tuple(stages), micro_batches=training.micro_batches, parallelism=par,
+                                mp_span=mp_span, dp_span=dp_span, p2p_spans=p2p_spans)
+            return power_cap_shares(it, eq7(it).iteration_s)
+
+        shares = shares_of(stages)
+        if any(cap.factor(k, d) > 1.0 for d in shares for k in ("bf16", "fp8")):
+            for _ in range(3):  # the slowed kernels lengthen the iteration, which lowers the share: a fixed point
+                stages = [compose(p, cap.factor("bf16", d), *_sustained(fwd, bwd, share, cap, d))
+                          for p, d in zip(plans, shares, strict=True)]
+                shares = shares_of(stages)
+            worst = max(range(len(stages)), key=lambda i: stages[i].power_cap_factor)
+            notes.append(f"power cap ({cap.gpu}, the profile's power_cap.json): a GPU in tensor-core work "
+                         f"{100 * shares[worst]:.0f} % of the iteration runs it x{stages[worst].power_cap_factor:.3f} "
+                         f"its samples' time (bf16; stage {worst}); profile.power_cap: false prices the samples")
     return IterationCosts(
         stages=tuple(stages), micro_batches=training.micro_batches, parallelism=par,
         mp_span=mp_span, dp_span=dp_span, p2p_spans=p2p_spans, notes=tuple(dict.fromkeys(notes)),

@@ -1,0 +1,212 @@
+"""The power cap under sustained load: how much slower compute-bound kernels run than their samples.
+
+The operator samples are bursts (10 warm-up and 10 timed runs after an idle GPU). A training run keeps
+the GPU busy for minutes, and an H100 or H200 SXM then sits at its 700 W cap: the SM clock falls
+(1,245-1,500 MHz under sustained GEMMs, against 1,980) and the tensor-core kernels slow down, while
+memory-bound kernels, which draw less power and barely depend on the SM clock, do not. How much
+depends on the mix: the more of the time the GPU spends in tensor-core work, the higher its mean
+power and the deeper the throttle.
+
+``validation/probe_gpu_spread.py`` measures it. Its mixes ``mix_<dtype>_c<N>`` run an 8192-cube GEMM,
+then N copies of 256 MiB, over and over; D is the GEMM's share of the mix's time (from the burst times
+of the GEMM and of the copy alone) and g how much slower the GEMM part runs in the second half of 10-15
+s of sustained load than in a burst (the copies at their own sustained time). Measured (docs/efficiency.md):
+on an H100, bf16 g = 1.10 at D = 1, 1.06 at 0.80, 1.03 at 0.66 and none at 0.5; FP8 1.13 at 1.
+On an H200 the throttle starts lower (1.08 at D = 0.57).
+
+The model is the measured curve itself, per GPU and GEMM precision (:func:`fit_curve`): the points
+averaged per D, linear between them, no slowdown below the lowest (its segment extended down to
+g = 1). A run applies it per pipeline stage (sim.costs.build_costs):
+an operator's tensor-core seconds are its FLOPs at the probe GEMM's burst rate (no more than its
+duration), the time that GEMM would draw its power for them; D is a stage's tensor-core seconds over
+the iteration, and each operator's time grows by ``(g - 1)`` times its tensor-core seconds.
+Profiles without ``power_cap.json`` (the reference and transfer ones: the cap and the clocks are
+the measured GPU's) are priced as their samples are.
+
+    python -m trainsim.calibration.power_cap validation/gpu_spread_h100_1gpu_machineAJ/spread.jsonl \\
+        --out calibration/profiles/h100-sxm-bf16/power_cap.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainsim.operators.errors import ConfigError
+
+POWER_FILE = "power_cap.json"
+PRECISIONS = ("bf16", "fp8")  # the GEMM kinds measured (fp16 tensor-core GEMMs draw as bf16 ones do)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """The measured slowdown g of compute-bound work at tensor-core share D: linear between knots
+    ``(D, g)`` (ascending in both), 1 at and below the first (where the lowest measured segment,
+    extended down, reaches no slowdown)."""
+
+    knots: tuple[tuple[float, float], ...]
+
+    def __post_init__(self) -> None:
+        ds = [k[0] for k in self.knots]
+        gs = [k[1] for k in self.knots]
+        ascending = all(b > a for a, b in zip(ds, ds[1:], strict=False))
+        rising = all(b >= a for a, b in zip(gs, gs[1:], strict=False))
+        if (len(self.knots) < 2 or any(not (0.0 <= d <= 1.0) for d in ds) or not ascending or not rising
+                or gs[0] != 1.0 or not all(map(math.isfinite, gs))):
+            raise ConfigError(POWER_FILE, f"a curve needs at least two knots (D, g), D in [0, 1] ascending, "
+                                          f"g non-decreasing from 1; got {self.knots!r}")
+
+    def factor(self, share: float) -> float:
+        ds, gs = zip(*self.knots, strict=True)
+        return float(np.interp(min(1.0, max(0.0, share)), ds, gs))
+
+
+@dataclass(frozen=True)
+class PowerCapModel:
+    """The measured curves of one GPU, per GEMM precision, and the rate (FLOP/s) of the probe's GEMM in
+    its burst: D counts an operator's FLOPs at that rate, the time the probe's GEMM would draw its
+    power for them."""
+
+    gpu: str
+    curves: dict[str, Curve]
+    reference_flops: dict[str, float]
+
+    def __post_init__(self) -> None:
+        for k, v in self.reference_flops.items():
+            if not (math.isfinite(v) and v > 0):
+                raise ConfigError(POWER_FILE, f"reference_flops.{k} must be a positive rate, got {v!r}")
+
+    def factor(self, precision: str, share: float) -> float:
+        curve = self.curves.get(precision) or self.curves.get("bf16")
+        return 1.0 if curve is None else curve.factor(share)
+
+    def tensor_core_seconds(self, precision: str, flops: float) -> float:
+        """``flops`` at the probe GEMM's burst rate of that precision (bf16's where not measured)."""
+        rate = self.reference_flops.get(precision) or self.reference_flops.get("bf16")
+        return flops / rate if rate else 0.0
+
+
+def mix_points(rows: Sequence[dict[str, Any]]) -> list[tuple[str, float, float]]:
+    """(precision, D, g) of every mix and lone GEMM in a probe_gpu_spread.py table, per GPU and round."""
+    def get(kind: str, rnd: int, gpu: int, field: str) -> float | None:
+        hit = [r[field] for r in rows if r["kernel"] == kind and r["round"] == rnd and r["gpu"] == gpu]
+        return float(hit[0]) if hit and hit[0] is not None and math.isfinite(hit[0]) else None
+
+    out = []
+    for rnd, gpu in sorted({(r["round"], r["gpu"]) for r in rows}):
+        cb, cw = get("copy_256mib", rnd, gpu, "burst_s"), get("copy_256mib", rnd, gpu, "window_s")
+        for precision in PRECISIONS:
+            gb, gw = get(f"gemm_{precision}_8192", rnd, gpu, "burst_s"), get(f"gemm_{precision}_8192", rnd, gpu,
+                                                                             "window_s")
+            if gb is None or gw is None:
+                continue
+            out.append((precision, 1.0, gw / gb))
+            if cb is None or cw is None:
+                continue
+            for n in (1, 2, 4, 8, 16):
+                mw = get(f"mix_{precision}_c{n}", rnd, gpu, "window_s")
+                if mw is not None:
+                    out.append((precision, gb / (gb + n * cb), (mw - n * cw) / gb))
+    return out
+
+
+def fit_curve(points: Iterable[tuple[float, float]]) -> Curve:
+    """The knots of the measured points: mean g per D (D to 0.02), made non-decreasing in D (pooled
+    where a lower D measured slower: the burst's own noise, about 2 %), never under 1; below the
+    lowest D the first segment is extended down to g = 1 (where the data say nothing, the nearest
+    measured slope)."""
+    pts = sorted((round(d / 0.02) * 0.02, g) for d, g in points)
+    if len({d for d, _ in pts}) < 2:
+        raise ConfigError(POWER_FILE, "need points at two shares D at least to draw the curve")
+    bins: list[list[float]] = []  # [D, sum g, n]
+    for d, g in pts:
+        if bins and abs(bins[-1][0] - d) < 1e-9:
+            bins[-1][1] += g
+            bins[-1][2] += 1
+        else:
+            bins.append([d, g, 1])
+    blocks = [[b[1], b[2], [b[0]]] for b in bins]  # pool adjacent violators: [sum g, n, Ds]
+    i = 0
+    while i < len(blocks) - 1:
+        if blocks[i][0] / blocks[i][1] > blocks[i + 1][0] / blocks[i + 1][1]:
+            a, b = blocks[i], blocks.pop(i + 1)
+            blocks[i] = [a[0] + b[0], a[1] + b[1], a[2] + b[2]]
+            i = max(0, i - 1)
+        else:
+            i += 1
+    knots = [(float(np.mean(bl[2])), max(1.0, bl[0] / bl[1])) for bl in blocks]
+    (d1, g1), (d2, g2) = knots[0], knots[1]
+    if g1 > 1.0:  # extend the lowest segment down to no slowdown
+        d_zero = d1 - (g1 - 1.0) * (d2 - d1) / (g2 - g1) if g2 > g1 else d1
+        knots.insert(0, (max(0.0, d_zero), 1.0))
+        if knots[0][0] == 0.0 and knots[1][0] == 0.0:
+            knots.pop(0)
+    while len(knots) > 2 and knots[1][1] == 1.0:  # one knot at g = 1 is enough
+        knots.pop(0)
+    return Curve(tuple((round(d, 3), round(g, 4)) for d, g in knots))
+
+
+def fit_power_cap(paths: Sequence[str]) -> dict[str, Any]:
+    """The ``power_cap.json`` record of the probe tables at ``paths`` (one GPU kind)."""
+    rows: list[dict[str, Any]] = []
+    for p in paths:
+        try:
+            rows += [dict(json.loads(line), source=p) for line in Path(p).read_text().splitlines() if line.strip()]
+        except (OSError, ValueError) as e:
+            raise ConfigError(p, f"cannot read the probe table: {e}") from None
+    names = sorted({r.get("name", "?") for r in rows})
+    if len(names) != 1:
+        raise ConfigError("power cap", f"the tables must come from one GPU kind, got {names}")
+    points: dict[str, list[tuple[float, float]]] = {}
+    for path in paths:
+        for precision, d, g in mix_points([r for r in rows if r["source"] == path]):
+            points.setdefault(precision, []).append((round(d, 4), round(g, 4)))
+    curves = {k: fit_curve(v) for k, v in points.items() if len({round(d, 2) for d, _ in v}) >= 2}
+    if not curves:
+        raise ConfigError("power cap", "no GEMM with its sustained and burst times in the tables")
+    rates = {k: float(np.median([r["burst_rate"] for r in rows if r["kernel"] == f"gemm_{k}_8192"]))
+             for k in curves}
+    return {"gpu": names[0], "sources": list(paths), "points": points,
+            "curves": {k: [list(knot) for knot in c.knots] for k, c in curves.items()},
+            "reference_flops": {k: round(v, -9) for k, v in rates.items()},
+            "model": "g(D): tensor-core work's sustained over burst time at tensor-core share D of the GPU's "
+                     "time, linear between the knots, 1 below the first (calibration/power_cap.py)"}
+
+
+def load_power_cap(path: str | Path) -> PowerCapModel:
+    """A profile directory's ``power_cap.json`` (ConfigError naming the file)."""
+    try:
+        data = json.loads(Path(path).read_text())
+        curves = {str(k): Curve(tuple((float(d), float(g)) for d, g in v)) for k, v in data["curves"].items()}
+        rates = {str(k): float(v) for k, v in data["reference_flops"].items()}
+        return PowerCapModel(str(data["gpu"]), curves, rates)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(str(path), f"unreadable power-cap table: {e}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m trainsim.calibration.power_cap", description=__doc__.split("\n")[0])
+    p.add_argument("tables", nargs="+", help="validation/probe_gpu_spread.py JSONL tables of one GPU kind")
+    p.add_argument("--out", required=True, help=f"the profile directory's {POWER_FILE}")
+    args = p.parse_args(argv)
+    try:
+        record = fit_power_cap(args.tables)
+    except ConfigError as e:
+        print(f"error: {e}")
+        return 2
+    Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+    for k, knots in record["curves"].items():
+        print(f"{record['gpu']} {k} ({len(record['points'][k])} points): g(D) through "
+              + ", ".join(f"({d:.2f}, {g:.3f})" for d, g in knots))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

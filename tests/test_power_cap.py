@@ -1,0 +1,152 @@
+"""The power cap under sustained load (calibration/power_cap.py) and how build_costs applies it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainsim.calibration.power_cap import (
+    Curve,
+    PowerCapModel,
+    fit_curve,
+    fit_power_cap,
+    load_power_cap,
+    mix_points,
+)
+from trainsim.calibration.roofline import RooflineProfile
+from trainsim.operators import ConfigError
+from trainsim.operators.stages import build_stage_plans
+from trainsim.scenarios.schema import load_scenario
+from trainsim.sim.costs import build_costs, power_cap_shares
+from trainsim.sim.eq7 import eq7
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILES = ROOT / "calibration" / "profiles"
+H100_TABLES = [ROOT / "validation" / "gpu_spread_h100_1gpu_machineAJ" / "spread.jsonl",
+               ROOT / "validation" / "gpu_spread_h100_1gpu_machineAI" / "spread.jsonl"]
+H200_TABLES = [ROOT / "validation" / "gpu_spread_h200_1gpu_machineAK" / "spread.jsonl",
+               ROOT / "validation" / "gpu_spread_h200_4gpu_machineAH" / "v3_window" / "spread.jsonl"]
+
+
+# -- the measured curve --------------------------------------------------------------------------------
+
+
+def _row(kernel: str, burst: float, window: float, rnd: int = 0, gpu: int = 0) -> dict:
+    return {"kernel": kernel, "round": rnd, "gpu": gpu, "name": "toy", "burst_s": burst, "window_s": window,
+            "burst_rate": 1.0 / burst}
+
+
+def test_mix_points_by_hand():
+    # GEMM 1.0 ms burst, 1.1 ms sustained; a copy 0.25 ms burst, 0.24 sustained; the c2 mix 1.56 ms
+    # sustained: D = 1 / (1 + 2 * 0.25) = 2/3, g = (1.56 - 2 * 0.24) / 1.0 = 1.08
+    rows = [_row("gemm_bf16_8192", 1e-3, 1.1e-3), _row("copy_256mib", 2.5e-4, 2.4e-4),
+            _row("mix_bf16_c2", 1.5e-3, 1.56e-3)]
+    pts = mix_points(rows)
+    assert pts[0] == ("bf16", 1.0, pytest.approx(1.1))
+    assert pts[1][0] == "bf16" and pts[1][1] == pytest.approx(2 / 3) and pts[1][2] == pytest.approx(1.08)
+    assert len(pts) == 2
+
+
+def test_fit_curve_pools_extends_and_floors():
+    # a slower point at a lower D is pooled with its neighbour; the lowest segment is extended to g = 1
+    curve = fit_curve([(0.6, 1.02), (0.7, 1.06), (0.8, 1.05), (1.0, 1.10)])
+    ds, gs = zip(*curve.knots, strict=True)
+    assert gs[0] == 1.0 and list(gs) == sorted(gs)
+    assert curve.factor(0.0) == 1.0 and curve.factor(1.0) == pytest.approx(1.10)
+    assert curve.factor(0.75) == pytest.approx(1.055)  # the pooled (0.7, 0.8) knot: mean D 0.75, mean g 1.055
+    # the first segment, (0.6, 1.02) to (0.75, 1.055), reaches 1 at D = 0.6 - 0.02 * 0.15 / 0.035
+    assert ds[0] == pytest.approx(0.6 - 0.02 * 0.15 / 0.035, abs=1e-3)
+    # points under 1 (a burst's noise) do not make a speed-up
+    assert fit_curve([(0.5, 0.97), (1.0, 1.1)]).factor(0.5) == 1.0
+
+
+@pytest.mark.parametrize("knots", [((0.5, 1.0),), ((0.5, 1.0), (0.4, 1.1)), ((0.5, 1.0), (0.8, 0.99)),
+                                   ((0.5, 1.01), (0.8, 1.1)), ((0.5, 1.0), (1.2, 1.1))])
+def test_curve_refuses_bad_knots(knots):
+    with pytest.raises(ConfigError, match="power_cap.json"):
+        Curve(knots)
+
+
+def test_shipped_power_caps_are_what_the_command_writes(tmp_path):
+    for tables, name in ((H100_TABLES, "h100-sxm-bf16"), (H200_TABLES, "h200-sxm-bf16")):
+        out = tmp_path / f"{name}.json"
+        r = subprocess.run([sys.executable, "-m", "trainsim.calibration.power_cap", *map(str, tables), "--out",
+                            str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(out.read_text())["curves"] == json.loads((PROFILES / name / "power_cap.json")
+                                                                   .read_text())["curves"]
+
+
+def test_measured_h100_curve_says_what_the_docs_say():
+    cap = load_power_cap(PROFILES / "h100-sxm-bf16" / "power_cap.json")
+    assert cap.factor("bf16", 0.45) == 1.0  # a Hugging Face iteration's share: no slowdown
+    assert 1.03 < cap.factor("bf16", 0.7) < 1.06
+    assert 1.09 < cap.factor("bf16", 1.0) < 1.14 and 1.09 < cap.factor("fp8", 1.0) < 1.16
+    assert 7e14 < cap.reference_flops["bf16"] < 8e14  # the 8192-cube GEMM's burst on an H100
+    h200 = load_power_cap(PROFILES / "h200-sxm-bf16" / "power_cap.json")
+    assert h200.factor("bf16", 0.5) > 1.03  # the H200 throttles at lower shares
+
+
+def test_bad_power_cap_file_and_tables_are_one_line(tmp_path):
+    bad = tmp_path / "power_cap.json"
+    bad.write_text('{"gpu": "x", "curves": {"bf16": [[0.5, 1.0]]}, "reference_flops": {"bf16": 1e15}}')
+    with pytest.raises(ConfigError, match="power_cap.json"):
+        load_power_cap(bad)
+    with pytest.raises(ConfigError, match="missing.jsonl"):
+        fit_power_cap([str(tmp_path / "missing.jsonl")])
+    r = subprocess.run([sys.executable, "-m", "trainsim.calibration.power_cap", str(tmp_path / "missing.jsonl"),
+                        "--out", str(tmp_path / "o.json")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout.count("\n") == 1 and not (tmp_path / "o.json").exists()
+
+
+# -- build_costs ----------------------------------------------------------------------------------------
+
+
+def _costs(cap: PowerCapModel | None, power_cap: bool = True, overrides: tuple[str, ...] = ()):
+    sc = load_scenario("gpt20b-dgxh100", ["profile.name=roofline", *overrides])
+    model = RooflineProfile("roofline:toy", peak_flops=sc.cluster.gpu.peak_flops, mem_bw=sc.cluster.gpu.mem_bw,
+                            peak_fp8=sc.cluster.gpu.peak_fp8)
+    model.power_cap = cap  # type: ignore[attr-defined]
+    plans = build_stage_plans(sc.model, sc.training, sc.parallelism)
+    return build_costs(plans, sc.training, sc.parallelism, sc.cluster, model, power_cap=power_cap)
+
+
+# the roofline's stages spend 24-31 % of the iteration in tensor-core work at the H100's peak
+CAP = PowerCapModel("toy", {"bf16": Curve(((0.1, 1.0), (1.0, 1.2)))}, {"bf16": 9.89e14})
+
+
+# a curve no share reaches: the tensor-core seconds are counted, nothing is slowed
+LOW = PowerCapModel("toy", {"bf16": Curve(((0.99, 1.0), (1.0, 1.2)))}, {"bf16": 9.89e14})
+
+
+def _times(costs):
+    return [(s.fwd_compute_s, s.bwd_compute_s, s.mp_fwd_s, s.optimizer_s) for s in costs.stages]
+
+
+def test_power_cap_slows_only_tensor_core_work_by_the_measured_factor():
+    off = _costs(LOW)
+    on = _costs(CAP)
+    assert _costs(CAP, power_cap=False) == _costs(None)  # the switch prices the samples, as a profile without it
+    assert _times(off) == _times(_costs(None))
+    shares = power_cap_shares(off, eq7(off).iteration_s)
+    assert all(0.2 < d < 0.4 for d in shares)
+    for a, b in zip(off.stages, on.stages, strict=True):
+        assert 1.02 < b.power_cap_factor < 1.07
+        # what a micro-batch gains is the factor, less one, times its tensor-core seconds
+        gained = (b.fwd_compute_s + b.bwd_compute_s) - (a.fwd_compute_s + a.bwd_compute_s)
+        assert gained == pytest.approx((b.power_cap_factor - 1.0) * a.compute_bound_s, rel=1e-9)
+        assert b.optimizer_s == a.optimizer_s and b.dp_bucket_s == a.dp_bucket_s  # memory-bound, communication
+    # the fixed point: the share each stage was priced at is the one its slowed iteration gives
+    final = power_cap_shares(on, eq7(on).iteration_s)
+    for b, d in zip(on.stages, final, strict=True):
+        assert b.power_cap_factor == pytest.approx(CAP.factor("bf16", d), abs=2e-3)
+    assert any("power cap (toy" in n for n in on.notes) and not any("power cap" in n for n in off.notes)
+
+
+def test_profile_power_cap_must_be_a_boolean():
+    with pytest.raises(ConfigError, match="profile.power_cap"):
+        load_scenario("gpt20b-dgxh100", ["profile.power_cap=sometimes"])
