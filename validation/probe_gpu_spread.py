@@ -52,6 +52,21 @@ def sample_until(index: int, t_end: float, out: list[dict[str, Any]]) -> None:
 def make(torch: Any, kind: str, dev: Any) -> tuple[Any, float]:
     """The kernel's callable and its work (FLOPs, or bytes moved for the copy). ``mix_<dtype>_c<N>``: the
     8192-cube GEMM of that dtype, then N copies of 256 MiB (the GEMM's share of the time set by N)."""
+    if kind.startswith(("mix_bf16_i", "idle_i")):  # four GEMMs (or a one-element add), then the GPU idles N ms
+        n_ms = int(kind.rsplit("_i", 1)[1])
+        if kind.startswith("idle_"):
+            x = torch.zeros(1, device=dev)
+            work: Any = lambda: x.add_(1.0)  # noqa: E731
+            flops = 0.0
+        else:
+            work, flops = make(torch, "gemm_bf16_8192", dev)
+
+        def then_idle() -> None:
+            for _ in range(1 if kind.startswith("idle_") else 4):
+                work()
+            torch.cuda.synchronize()
+            time.sleep(n_ms * 1e-3)
+        return then_idle, 4 * flops
     if kind.startswith(("mix_bf16_c", "mix_fp8_c")):
         dtype, n = kind[4:].split("_c")
         gemm, flops = make(torch, f"gemm_{dtype}_8192", dev)
@@ -175,7 +190,8 @@ def main() -> None:
     p.add_argument("--sustain-s", type=float, default=12.0)
     p.add_argument("--idle-s", type=float, default=3.0)
     p.add_argument("--kernels", type=lambda v: v.split(","), default=list(KERNELS),
-                   help="comma-separated: " + ", ".join(KERNELS) + ", copy_256mib, mix_<bf16|fp8>_c<N>")
+                   help="comma-separated: " + ", ".join(KERNELS) + ", copy_256mib, mix_<bf16|fp8>_c<N>, "
+                        "mix_bf16_i<N> (four GEMMs, then N ms idle), idle_i<N> (the same without the GEMMs)")
     args = p.parse_args()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
