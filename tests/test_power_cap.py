@@ -150,3 +150,18 @@ def test_power_cap_slows_only_tensor_core_work_by_the_measured_factor():
 def test_profile_power_cap_must_be_a_boolean():
     with pytest.raises(ConfigError, match="profile.power_cap"):
         load_scenario("gpt20b-dgxh100", ["profile.power_cap=sometimes"])
+
+
+# -- the probe's own table (CPU: the arithmetic, not the GPU) -------------------------------------------
+
+
+def test_probe_table_shows_each_gpu_against_the_mean_and_the_slowest():
+    from validation_script import load_script
+
+    probe = load_script("probe_gpu_spread")
+    rows = [dict(_row("gemm_bf16_8192", 1e-3, w, gpu=g), window_ratio=w / 1e-3, sm_mhz_median=1500.0)
+            for g, w in ((0, 1.0e-3), (1, 1.1e-3), (2, 1.2e-3))]  # mean 1.1 ms: 0.909, 1.000, 1.091
+    line = probe.table(rows)[-1]
+    assert "0.909 1.000 1.091" in line and "+9.09%" in line and "window/burst 1.100" in line
+    assert "mix_bf16_i4" in probe.build_parser().parse_args(  # the idle mixes are named kernels too
+        ["--gpus", "1", "--out", "x", "--kernels", "mix_bf16_i4,idle_i4"]).kernels

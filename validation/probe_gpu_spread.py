@@ -27,9 +27,14 @@ import json
 import multiprocessing as mp
 import statistics
 import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from probe_sustained_clock import timed  # noqa: E402  (CUDA events around each run, as that probe times)
 
 KERNELS = ("gemm_bf16_8192", "gemm_bf16_8192x2048x6144", "gemm_fp8_8192", "copy_1gib", "mix_gemm_copy")
 
@@ -101,18 +106,6 @@ def make(torch: Any, kind: str, dev: Any) -> tuple[Any, float]:
     return (lambda: torch.mm(a, b)), 2.0 * m * k * n
 
 
-def timed(torch: Any, fn: Any, n: int) -> list[float]:
-    out = []
-    for _ in range(n):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e-3)
-    return out
-
-
 def worker(index: int, start: float, args: argparse.Namespace, queue: Any) -> None:
     import torch
 
@@ -182,7 +175,7 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser()
     p.add_argument("--gpus", type=int, required=True)
     p.add_argument("--out", required=True)
@@ -192,7 +185,11 @@ def main() -> None:
     p.add_argument("--kernels", type=lambda v: v.split(","), default=list(KERNELS),
                    help="comma-separated: " + ", ".join(KERNELS) + ", copy_256mib, mix_<bf16|fp8>_c<N>, "
                         "mix_bf16_i<N> (four GEMMs, then N ms idle), idle_i<N> (the same without the GEMMs)")
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     start = time.time() + 20.0  # every process imports torch and builds its tensors before this
