@@ -92,8 +92,8 @@ class StageCost:
     cp_bytes: float = 0.0
     # Per micro-batch (forward + backward, recompute included): the tensor cores' work, each
     # operator's FLOPs at the power probe's GEMM rate (no more than its duration), and the
-    # sustained-load factor the power cap put on that work (1.0: none; calibration.power_cap,
-    # :func:`build_costs`)
+    # sustained-load factor the power cap put on that work in bf16 (1.0: none; FP8 GEMMs follow
+    # their own curve; calibration.power_cap, :func:`build_costs`)
     compute_bound_s: float = 0.0
     power_cap_factor: float = 1.0
 
@@ -541,8 +541,9 @@ def _compute_bound_s(p: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float], t
 
 def power_cap_shares(costs: IterationCosts, iteration_s: float) -> list[float]:
     """Per stage, the share of the iteration its GPUs spend in tensor-core work (every micro-batch's
-    ``compute_bound_s`` over the iteration): the D of calibration.power_cap's measured curve. Bubbles,
-    exposed communication and the host's gaps count as the low-power time they are."""
+    ``compute_bound_s`` over the iteration): the D of calibration.power_cap's measured curve. The rest
+    of the iteration counts as the probe's other work, copies, whose power an idle GPU (the bubbles,
+    the host's gaps) does not draw: where a GPU idles much, the throttle is over-stated."""
     if not (iteration_s > 0):
         return [0.0] * len(costs.stages)
     return [min(1.0, costs.micro_batches * s.compute_bound_s / iteration_s) for s in costs.stages]
@@ -734,7 +735,7 @@ def build_costs(
         return count * mp_s
 
     im = getattr(model, "interference", None)  # the profile's measured interference, if any
-    share = _tensor_core_seconds(model, ops, power_cap)
+    tc = _tensor_core_seconds(model, ops, power_cap)
 
     def compose(p: StagePlan, factor: float, fwd: dict[Op, float], bwd: dict[Op, float]) -> StageCost:
         s = p.index
@@ -812,12 +813,12 @@ def build_costs(
             **_host_fields(model, p, fwd_s, bwd_s, mp_total(p, "fwd", p.mp_allreduces_fwd, fwd, bwd),
                            mp_total(p, "bwd", p.mp_allreduces_bwd, fwd, bwd),
                            upd[p.optimizer] + accum_s, notes, (fwd, bwd)),
-            compute_bound_s=_compute_bound_s(p, fwd, bwd, share), power_cap_factor=factor,
+            compute_bound_s=_compute_bound_s(p, fwd, bwd, tc), power_cap_factor=factor,
         )
 
     stages = [compose(p, 1.0, fwd, bwd) for p in plans]
     cap = getattr(model, "power_cap", None) if power_cap else None
-    if cap is not None and share:
+    if cap is not None and tc:
         from trainsim.sim.eq7 import eq7
 
         def shares_of(stages: list[StageCost]) -> list[float]:
@@ -828,13 +829,15 @@ def build_costs(
         shares = shares_of(stages)
         if any(cap.factor(k, d) > 1.0 for d in shares for k in ("bf16", "fp8")):
             for _ in range(3):  # the slowed kernels lengthen the iteration, which lowers the share: a fixed point
-                stages = [compose(p, cap.factor("bf16", d), *_sustained(fwd, bwd, share, cap, d))
+                stages = [compose(p, cap.factor("bf16", d), *_sustained(fwd, bwd, tc, cap, d))
                           for p, d in zip(plans, shares, strict=True)]
                 shares = shares_of(stages)
-            worst = max(range(len(stages)), key=lambda i: stages[i].power_cap_factor)
+            worst = max(range(len(stages)), key=lambda i: shares[i])
+            factors = ", ".join(f"{k} x{cap.factor(k, shares[worst]):.3f}"
+                                for k in sorted({k for _, k in tc.values()}))
             notes.append(f"power cap ({cap.gpu}, the profile's power_cap.json): a GPU in tensor-core work "
-                         f"{100 * shares[worst]:.0f} % of the iteration runs it x{stages[worst].power_cap_factor:.3f} "
-                         f"its samples' time (bf16; stage {worst}); profile.power_cap: false prices the samples")
+                         f"{100 * shares[worst]:.0f} % of the iteration runs it slower than its samples ({factors}; "
+                         f"stage {worst}); profile.power_cap: false prices the samples")
     return IterationCosts(
         stages=tuple(stages), micro_batches=training.micro_batches, parallelism=par,
         mp_span=mp_span, dp_span=dp_span, p2p_spans=p2p_spans, notes=tuple(dict.fromkeys(notes)),
