@@ -193,6 +193,8 @@ def test_profile_show_gives_both_models_validation_error() -> None:
     assert linear["validation_mape_pct"] > 0 and linear["duration_mape_pct"] > 0
     assert sorted(data["above_bar"]) == sorted(f"{x['operator']} {x['direction']}" for x in data["regressors"]
                                                if x["validation_mape_pct"] and x["validation_mape_pct"] > 20)
+    # the measured power cap is shown with the regressors (calibration/power_cap.py)
+    assert data["power_cap"]["bf16"][0][1] == 1.0 and data["power_cap"]["bf16"][-1][0] == 1.0
 
 
 def test_transfer_check_scores_the_h200_samples_with_the_h100_efficiencies() -> None:

@@ -104,9 +104,11 @@ def show(profile, as_json: bool, other=None) -> None:
         r["above_bar"] = bool(r["validation_mape_pct"] is not None and r["validation_mape_pct"] > VALIDATION_BAR_PCT)
     quirks = list(getattr(profile, "quirks", []) or [])
     above = [f"{r['operator']} {r['direction']}" for r in rows if r["above_bar"]]
+    cap = getattr(profile, "power_cap", None)
+    curves = {k: [list(knot) for knot in c.knots] for k, c in cap.curves.items()} if cap is not None else None
     if as_json:
         print_json({"profile": profile.name, "model": model, "validation_bar_pct": VALIDATION_BAR_PCT,
-                    "regressors": rows, "above_bar": above, "quirks": quirks})
+                    "regressors": rows, "above_bar": above, "quirks": quirks, "power_cap": curves})
         return
     print(f"profile {profile.name}: {len(rows)} regressors, profile.model {model}"
           + (f" (validation MAPE of the {other_name} model beside)" if other is not None else ""))
@@ -117,6 +119,11 @@ def show(profile, as_json: bool, other=None) -> None:
         print("  ".join(f"{k:>14}" for k in keys) + "  params")
         for r in rows:
             print("  ".join(f"{_fmt(r[k]):>14}" for k in keys) + "  " + _fmt(r.get("params", "")))
+    if curves:
+        print("\npower cap under sustained load (power_cap.json; profile.power_cap: false ignores it): "
+              "tensor-core work slower than its samples by g at tensor-core share D of the GPU's time")
+        for k, knots in curves.items():
+            print(f"  {k}: " + ", ".join(f"D {d:.2f} g {g:.3f}" for d, g in knots))
     if quirks:
         print(f"\n{len(quirks)} data quirks found in the samples (kept as measured):")
         for q in quirks:
