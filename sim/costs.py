@@ -96,6 +96,7 @@ class StageCost:
     # their own curve; calibration.power_cap, :func:`build_costs`)
     compute_bound_s: float = 0.0
     power_cap_factor: float = 1.0
+    power_cap_s: float = 0.0  # per micro-batch: what the power cap added to the stage's compute
 
     @property
     def fwd_s(self) -> float:
@@ -826,12 +827,16 @@ def build_costs(
                                 mp_span=mp_span, dp_span=dp_span, p2p_spans=p2p_spans)
             return power_cap_shares(it, eq7(it).iteration_s)
 
+        base = stages
         shares = shares_of(stages)
         if any(cap.factor(k, d) > 1.0 for d in shares for k in ("bf16", "fp8")):
             for _ in range(3):  # the slowed kernels lengthen the iteration, which lowers the share: a fixed point
                 stages = [compose(p, cap.factor("bf16", d), *_sustained(fwd, bwd, tc, cap, d))
                           for p, d in zip(plans, shares, strict=True)]
                 shares = shares_of(stages)
+            stages = [dataclasses.replace(st, power_cap_s=(st.fwd_compute_s + st.bwd_compute_s)
+                                          - (b.fwd_compute_s + b.bwd_compute_s))
+                      for st, b in zip(stages, base, strict=True)]
             worst = max(range(len(stages)), key=lambda i: shares[i])
             factors = ", ".join(f"{k} x{cap.factor(k, shares[worst]):.3f}"
                                 for k in sorted({k for _, k in tc.values()}))

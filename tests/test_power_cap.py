@@ -139,6 +139,7 @@ def test_power_cap_slows_only_tensor_core_work_by_the_measured_factor():
         # what a micro-batch gains is the factor, less one, times its tensor-core seconds
         gained = (b.fwd_compute_s + b.bwd_compute_s) - (a.fwd_compute_s + a.bwd_compute_s)
         assert gained == pytest.approx((b.power_cap_factor - 1.0) * a.compute_bound_s, rel=1e-9)
+        assert b.power_cap_s == pytest.approx(gained, rel=1e-12) and a.power_cap_s == 0.0  # what compare prints
         assert b.optimizer_s == a.optimizer_s and b.dp_bucket_s == a.dp_bucket_s  # memory-bound, communication
     # the fixed point: the share each stage was priced at is the one its slowed iteration gives
     final = power_cap_shares(on, eq7(on).iteration_s)

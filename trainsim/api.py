@@ -213,6 +213,9 @@ class Comparison:
     #: (FSDP2's gathers, CP's ring: closed forms, in Eq. 7 and the simulation alike, so not in
     #: ``attribution``, whose ``interference`` is the DP buckets' overlap the simulation plays)
     interference_in_steps_s: tuple[float, ...] = ()
+    #: per stage, seconds per micro-batch the profile's measured power cap adds to the compute
+    #: (calibration.power_cap; in Eq. 7 and the simulation alike)
+    power_cap_s: tuple[float, ...] = ()
 
     @property
     def attribution(self) -> dict[str, float]:
@@ -220,7 +223,7 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.result.to_json(), "scenario": self.scenario,
-                "interference_in_steps_s": list(self.interference_in_steps_s)}
+                "interference_in_steps_s": list(self.interference_in_steps_s), "power_cap_s": list(self.power_cap_s)}
 
 
 def compare(scenario: ScenarioLike, *, ideal: bool = False, reference_data: str | None = None,
@@ -236,7 +239,8 @@ def compare(scenario: ScenarioLike, *, ideal: bool = False, reference_data: str 
     sc = pred.scenario
     c = _compare(pred.costs, sc.cluster, ideal=ideal, seed=sc.simulation.seed,
                  overlap_dp=sc.overlap_grad_reduce, schedule=sc.parallelism.schedule)
-    return Comparison(sc.name, c, pred.warnings, tuple(st.interference_in_steps_s for st in pred.costs.stages))
+    return Comparison(sc.name, c, pred.warnings, tuple(st.interference_in_steps_s for st in pred.costs.stages),
+                      tuple(st.power_cap_s for st in pred.costs.stages))
 
 
 @dataclass(frozen=True)

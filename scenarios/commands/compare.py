@@ -36,4 +36,9 @@ def run(args: argparse.Namespace) -> int:
         worst = max(range(len(inside)), key=inside.__getitem__)
         print(f"measured interference inside the stage times (FSDP2 gathers, CP ring; Eq. 7 and simulation alike): "
               f"up to {inside[worst] * 1e3:.3f} ms per micro-batch (stage {worst})")
+    capped = c.power_cap_s
+    if any(v > 0 for v in capped):
+        worst = max(range(len(capped)), key=capped.__getitem__)
+        print(f"measured power cap inside the stage times (Eq. 7 and simulation alike; profile.power_cap): "
+              f"up to {capped[worst] * 1e3:.3f} ms per micro-batch (stage {worst})")
     return 0
