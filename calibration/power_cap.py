@@ -20,8 +20,8 @@ g = 1). A run applies it per pipeline stage (sim.costs.build_costs):
 an operator's tensor-core seconds are its FLOPs at the probe GEMM's burst rate (no more than its
 duration), the time that GEMM would draw its power for them; D is a stage's tensor-core seconds over
 the iteration, and each operator's time grows by ``(g - 1)`` times its tensor-core seconds.
-Profiles without ``power_cap.json`` (the reference and transfer ones: the cap and the clocks are
-the measured GPU's) are priced as their samples are.
+Profiles without ``power_cap.json`` (the reference ones, and any sample folder without it) are
+priced as their samples are; a transfer profile carries the measured GPU's curve (:meth:`PowerCapModel.on`).
 
     python -m trainsim.calibration.power_cap validation/gpu_spread_h100_1gpu_machineAJ/spread.jsonl \\
         --out calibration/profiles/h100-sxm-bf16/power_cap.json
@@ -86,6 +86,15 @@ class PowerCapModel:
     def factor(self, precision: str, share: float) -> float:
         curve = self.curves.get(precision) or self.curves.get("bf16")
         return 1.0 if curve is None else curve.factor(share)
+
+    def on(self, gpu: str, bf16_ratio: float, fp8_ratio: float) -> PowerCapModel:
+        """The same curves for a GPU whose tensor cores are ``bf16_ratio`` (``fp8_ratio``) times as fast
+        (a transfer profile, calibration.profile.FittedProfile.with_target): the probe's GEMM runs at the
+        same efficiency there, so its rate scales with the peak, and a share D means the same on both.
+        That the other GPU throttles as this one does at the same D is an assumption (docs/efficiency.md)."""
+        ratios = {"bf16": bf16_ratio, "fp8": fp8_ratio}
+        rates = {k: v * ratios[k] for k, v in self.reference_flops.items() if ratios.get(k, 0) > 0}
+        return PowerCapModel(f"{gpu}, {self.gpu}'s curve", self.curves, rates)
 
     def tensor_core_seconds(self, precision: str, flops: float) -> float:
         """``flops`` at the probe GEMM's burst rate of that precision (bf16's where not measured)."""

@@ -225,9 +225,9 @@ class FittedProfile:
     def with_target(self, target: Roofline, name: str | None = None) -> FittedProfile:
         """A transfer profile: this profile's learned efficiencies priced on another GPU's roofline.
 
-        Only an efficiency profile can transfer. Its collectives, host costs, interference and power
-        cap were measured on the source machine and are dropped: collectives fall back to the topology's
-        closed forms (and say so)."""
+        Only an efficiency profile can transfer. Its collectives, host costs and interference were
+        measured on the source machine and are dropped: collectives fall back to the topology's closed
+        forms (and say so). Its power cap is kept, as an assumption (:meth:`PowerCapModel.on`)."""
         if self.model not in EFFICIENCY_MODELS or self.roofline is None:
             raise ConfigError("profile", f"profile '{self.name}' is not an efficiency profile; only one can be "
                                          f"transferred to another GPU")
@@ -237,7 +237,10 @@ class FittedProfile:
         other.regressors = _OpsOnly(self.regressors)
         other.host_overhead = None
         other.interference = None
-        other.power_cap = None  # the cap and the clocks are the measured GPU's
+        cap, source = self.power_cap, self.roofline
+        if cap is not None:  # the measured GPU's throttle at the same tensor-core share: an assumption, stated
+            fp8 = target.peak_fp8 / source.peak_fp8 if target.peak_fp8 > 0 and source.peak_fp8 > 0 else 0.0
+            other.power_cap = cap.on(target.gpu, target.peak_flops / source.peak_flops, fp8)
         other._warned = set()
         return other
 

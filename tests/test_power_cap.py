@@ -166,3 +166,13 @@ def test_probe_table_shows_each_gpu_against_the_mean_and_the_slowest():
     assert "0.909 1.000 1.091" in line and "+9.09%" in line and "window/burst 1.100" in line
     assert "mix_bf16_i4" in probe.build_parser().parse_args(  # the idle mixes are named kernels too
         ["--gpus", "1", "--out", "x", "--kernels", "mix_bf16_i4,idle_i4"]).kernels
+
+
+def test_a_transfer_carries_the_measured_curve_at_its_gpus_rate():
+    cap = load_power_cap(PROFILES / "h100-sxm-bf16" / "power_cap.json")
+    a100 = cap.on("a100-sxm4-80gb", 0.5, 0.0)  # half the tensor-core peak, no FP8
+    assert a100.curves == cap.curves and "a100-sxm4-80gb" in a100.gpu
+    assert a100.reference_flops == {"bf16": cap.reference_flops["bf16"] * 0.5}
+    # the same FLOPs take twice the probe GEMM's time there, and FP8 work counts at the bf16 rate
+    assert a100.tensor_core_seconds("bf16", 1e12) == pytest.approx(2 * cap.tensor_core_seconds("bf16", 1e12))
+    assert a100.tensor_core_seconds("fp8", 1e12) == a100.tensor_core_seconds("bf16", 1e12)
