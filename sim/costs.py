@@ -829,7 +829,8 @@ def build_costs(
 
         base = stages
         shares = shares_of(stages)
-        if any(cap.factor(k, d) > 1.0 for d in shares for k in ("bf16", "fp8")):
+        kinds = sorted({k for _, k in tc.values()})  # the GEMM precisions this run has
+        if any(cap.factor(k, d) > 1.0 for d in shares for k in kinds):
             for _ in range(3):  # the slowed kernels lengthen the iteration, which lowers the share: a fixed point
                 stages = [compose(p, cap.factor("bf16", d), *_sustained(fwd, bwd, tc, cap, d))
                           for p, d in zip(plans, shares, strict=True)]
@@ -838,11 +839,11 @@ def build_costs(
                                           - (b.fwd_compute_s + b.bwd_compute_s))
                       for st, b in zip(stages, base, strict=True)]
             worst = max(range(len(stages)), key=lambda i: shares[i])
-            factors = ", ".join(f"{k} x{cap.factor(k, shares[worst]):.3f}"
-                                for k in sorted({k for _, k in tc.values()}))
-            notes.append(f"power cap ({cap.gpu}, the profile's power_cap.json): a GPU in tensor-core work "
-                         f"{100 * shares[worst]:.0f} % of the iteration runs it slower than its samples ({factors}; "
-                         f"stage {worst}); profile.power_cap: false prices the samples")
+            factors = ", ".join(f"{k} x{cap.factor(k, shares[worst]):.3f}" for k in kinds)
+            if any(st.power_cap_s > 0 for st in stages):
+                notes.append(f"power cap ({cap.gpu}, the profile's power_cap.json): a GPU in tensor-core work "
+                             f"{100 * shares[worst]:.0f} % of the iteration runs it slower than its samples "
+                             f"({factors}; stage {worst}); profile.power_cap: false prices the samples")
     return IterationCosts(
         stages=tuple(stages), micro_batches=training.micro_batches, parallelism=par,
         mp_span=mp_span, dp_span=dp_span, p2p_spans=p2p_spans, notes=tuple(dict.fromkeys(notes)),
