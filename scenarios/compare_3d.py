@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from trainsim.operators.errors import ConfigError
@@ -98,18 +99,18 @@ def layout_of(row: dict) -> str:
 
 def rows(measured_csv: str | os.PathLike = DEFAULT_CSV, profile_name: str = "h200-sxm-bf16",
          host_gpus: int | None = None, reference_data: str | None = None, cluster: str = "dgx-h200",
-         progress: ProgressCallback | None = None) -> list[dict]:
+         progress: ProgressCallback | None = None, overrides: Sequence[str] = ()) -> list[dict]:
     """One dict per measured row: its layout and shape, closed form, simulated and measured seconds,
-    errors in percent. ``progress(1)`` after each row."""
+    errors in percent. ``progress(1)`` after each row; ``overrides``: ``--set`` items for every row."""
     from trainsim.scenarios.compose import predict
     from trainsim.scenarios.compose import simulate_prediction as simulate_scenario
-    from trainsim.scenarios.schema import scenario_from_mapping
+    from trainsim.scenarios.schema import apply_overrides, scenario_from_mapping
 
     out = []
     for row in read_measured(measured_csv):
         layout = layout_of(row)
-        sc = scenario_from_mapping(scenario_mapping(row, profile_name, host_gpus, reference_data, cluster),
-                                   name=f"measured-{layout}")
+        sc = scenario_from_mapping(apply_overrides(scenario_mapping(row, profile_name, host_gpus, reference_data,
+                                                                    cluster), overrides), name=f"measured-{layout}")
         pred = predict(sc, reference_data=reference_data)
         sim = simulate_scenario(pred)
         measured = float(row["min_s"])

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from trainsim.operators.errors import ConfigError
@@ -97,11 +97,13 @@ def scenario_mapping(kind: str, row: dict[str, str], profile: str, cluster: str)
 
 
 def rows(path: str | os.PathLike, profile: str | None = None, cluster: str | None = None,
-         cache_dir: str | None = None, progress: Callable[[int], object] | None = None) -> list[dict]:
+         cache_dir: str | None = None, progress: Callable[[int], object] | None = None,
+         overrides: Sequence[str] = ()) -> list[dict]:
     """One dict per measured row: layout, shape, simulated and closed-form seconds, measured minimum and
-    median, errors in percent, the time's breakdown and the warnings of its prediction."""
+    median, errors in percent, the time's breakdown and the warnings of its prediction. ``overrides``:
+    ``--set`` items for every row."""
     from trainsim.scenarios.compose import predict, simulate_prediction
-    from trainsim.scenarios.schema import scenario_from_mapping
+    from trainsim.scenarios.schema import apply_overrides, scenario_from_mapping
 
     kind, table = read_table(path)
     out = []
@@ -117,8 +119,8 @@ def rows(path: str | os.PathLike, profile: str | None = None, cluster: str | Non
                 progress(1)
             continue
         gpu = gpu_of(row, where) if profile is None or cluster is None else ""
-        sc = scenario_from_mapping(scenario_mapping(kind, row, profile or GPUS[gpu][1], cluster or GPUS[gpu][0]),
-                                   name=where)
+        sc = scenario_from_mapping(apply_overrides(scenario_mapping(kind, row, profile or GPUS[gpu][1],
+                                                                    cluster or GPUS[gpu][0]), overrides), name=where)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             pred = predict(sc, cache_dir=cache_dir)

@@ -132,3 +132,20 @@ def test_compare_reports_the_power_cap(cache, capsys):
     assert off["power_cap_s"] == [0.0] * 4 and off["eq7_s"] < on["eq7_s"]
     assert main(["compare", "llama3-70b-dgxh100", "--cache-dir", cache, "-q"]) == 0
     assert "measured power cap inside the stage times" in capsys.readouterr().out
+
+
+def test_validate_applies_set_to_every_measured_multi_row(cache, capsys):
+    # --set reaches the --measured-multi rows (train_3d.py's table here): the power cap off prices the
+    # GEMM-heavy one-GPU rows faster; a bad key is one line naming it, exit 2
+    from trainsim.scenarios.cli import main
+
+    table = str(ROOT / "validation" / "measured_3d_h100_1gpu.csv")
+    assert main(["validate", "--measured-multi", table, "--json", "-q", "--cache-dir", cache]) == 0
+    on = {r["shape"]: r["simulated_s"] for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert main(["validate", "--measured-multi", table, "--json", "-q", "--cache-dir", cache,
+                 "--set", "profile.power_cap=false"]) == 0
+    off = {r["shape"]: r["simulated_s"] for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert on.keys() == off.keys() and all(off[k] <= on[k] for k in on) and off["d6144-L2-b4"] < on["d6144-L2-b4"]
+    assert main(["validate", "--measured-multi", table, "--set", "profile.speed=2"]) == 2
+    err = capsys.readouterr().err
+    assert "profile.speed" in err and err.count("\n") == 1

@@ -152,7 +152,7 @@ def run_3d(args: argparse.Namespace) -> int:
     measured = compare_3d.read_measured(args.measured_3d)
     with Progress("validate", len(measured), unit="runs", quiet=args.quiet) as bar:
         table = compare_3d.rows(args.measured_3d, args.profile_3d, args.host_gpus, cluster=args.cluster_3d,
-                                progress=bar.update)
+                                progress=bar.update, overrides=args.overrides)
     return _report(args, {"summary": compare_3d.summary(table), "layouts": table}, compare_3d.render, table)
 
 
@@ -177,7 +177,7 @@ def run_multi(args: argparse.Namespace) -> int:
     kernels = compare_multi.read_kernels(args.measured_multi) if args.attribute else None
     with Progress("validate", len(measured), unit="runs", quiet=args.quiet) as bar:
         table = compare_multi.rows(args.measured_multi, args.profile_multi, args.cluster_multi,
-                                   cache_dir=args.cache_dir, progress=bar.update)
+                                   cache_dir=args.cache_dir, progress=bar.update, overrides=args.overrides)
     attribution = compare_multi.attribute(table, kernels) if kernels is not None else None
     if args.json:
         print_json({"summary": compare_multi.summary(table), "runs": table,
