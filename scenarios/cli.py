@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from trainsim.operators import ConfigError
 
 COMMANDS = ("predict", "run", "compare", "sweep", "jitter", "scenarios", "fit", "profile", "calibrate",
-            "calibrate_collectives", "validate")
+            "calibrate_collectives", "calibrate_power", "validate")
 #: two-word commands, spelled with a hyphen inside the parser
-ALIASES = {("calibrate", "collectives"): "calibrate-collectives"}
+ALIASES = {("calibrate", "collectives"): "calibrate-collectives", ("calibrate", "power"): "calibrate-power"}
 
 
 class _Parser(argparse.ArgumentParser):

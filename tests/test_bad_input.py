@@ -241,6 +241,10 @@ CASES: list[Case] = [
     ("calibrate-out-is-file", lambda i, o: ["calibrate", "--out", str(i / "afile"), "--device", "cpu", "--budget",
                                             "1"], "--out"),
     ("calibrate-budget-negative", lambda i, o: ["calibrate", "--out", "x", "--budget", "-1"], "--budget"),
+    ("calibrate-power-out-is-file", lambda i, o: ["calibrate", "power", "--out", str(i / "afile")], "--out"),
+    ("calibrate-power-rounds-0", lambda i, o: ["calibrate", "power", "--out", str(o / "p"), "--rounds", "0"],
+     "--rounds"),
+    ("calibrate-power-no-gpu", lambda i, o: ["calibrate", "power", "--out", str(o / "p")], "calibrate"),
 ]
 
 #: the value of every kind that an integer field must refuse

@@ -19,6 +19,8 @@ import statistics
 import subprocess
 import time
 
+from trainsim.calibration.power_bench import timed  # CUDA events around each run
+
 SHAPES = [  # (m, k, n): a square GEMM, an MLP-up of d=4096 at 8k tokens, a QKV of d=2048 at 8k tokens
     (8192, 8192, 8192), (8192, 4096, 16384), (8192, 2048, 6144)]
 
@@ -27,18 +29,6 @@ def smi() -> tuple[float, float]:
     out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
                           "-i", "0"], capture_output=True, text=True).stdout.split(",")
     return float(out[0]), float(out[1])
-
-
-def timed(torch, fn, n: int) -> list[float]:
-    out = []
-    for _ in range(n):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e-3)
-    return out
 
 
 def main() -> None:
