@@ -4,7 +4,7 @@ Every visible GPU runs the power probe at once (:mod:`calibration.power_bench`: 
 and GEMM:copy mixes, each in a burst and over seconds of continuous load); the rows are appended to
 ``<out>/power_spread.jsonl`` and ``<out>/power_cap.json`` is fitted from them
 (:mod:`calibration.power_cap`). A sample folder holding it prices sustained load as measured
-(``profile.name: <out>``). About 2.5 minutes with the defaults.
+(``profile.name: <out>``). About 3 minutes with the defaults.
 """
 
 from __future__ import annotations
