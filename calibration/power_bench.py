@@ -68,13 +68,13 @@ def make(torch: Any, kind: str, dev: Any) -> tuple[Any, float]:
             time.sleep(n_ms * 1e-3)
         return then_idle, 4 * flops
     if kind.startswith(("mix_bf16_c", "mix_fp8_c")):
-        dtype, n = kind[4:].split("_c")
+        dtype, copies = kind[4:].split("_c")
         gemm, flops = make(torch, f"gemm_{dtype}_8192", dev)
         copy, _ = make(torch, "copy_256mib", dev)
 
         def mix_n() -> None:
             gemm()
-            for _ in range(int(n)):
+            for _ in range(int(copies)):
                 copy()
         return mix_n, flops
     if kind == "mix_gemm_copy":  # training-like: a power-heavy GEMM, then memory-bound work of about its length

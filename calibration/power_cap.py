@@ -141,16 +141,17 @@ def fit_curve(points: Iterable[tuple[float, float]]) -> Curve:
             bins[-1][2] += 1
         else:
             bins.append([d, g, 1])
-    blocks = [[b[1], b[2], [b[0]]] for b in bins]  # pool adjacent violators: [sum g, n, Ds]
+    # pool adjacent violators: (sum of g, points, their Ds) per block
+    blocks: list[tuple[float, float, list[float]]] = [(b[1], b[2], [b[0]]) for b in bins]
     i = 0
     while i < len(blocks) - 1:
         if blocks[i][0] / blocks[i][1] > blocks[i + 1][0] / blocks[i + 1][1]:
             a, b = blocks[i], blocks.pop(i + 1)
-            blocks[i] = [a[0] + b[0], a[1] + b[1], a[2] + b[2]]
+            blocks[i] = (a[0] + b[0], a[1] + b[1], a[2] + b[2])
             i = max(0, i - 1)
         else:
             i += 1
-    knots = [(float(np.mean(bl[2])), max(1.0, bl[0] / bl[1])) for bl in blocks]
+    knots = [(float(np.mean(ds)), max(1.0, total / count)) for total, count, ds in blocks]
     (d1, g1), (d2, g2) = knots[0], knots[1]
     if g1 > 1.0:  # extend the lowest segment down to no slowdown
         d_zero = d1 - (g1 - 1.0) * (d2 - d1) / (g2 - g1) if g2 > g1 else d1
