@@ -517,11 +517,10 @@ class _PowerCap(Protocol):
 TensorCoreSeconds = dict[tuple[Op, Direction], tuple[float, str]]
 
 
-def _tensor_core_seconds(model: DurationModel, ops: Sequence[Op], power_cap: bool) -> TensorCoreSeconds:
+def _tensor_core_seconds(cap: _PowerCap | None, ops: Sequence[Op]) -> TensorCoreSeconds:
     """Each operator's tensor-core work as seconds of the power probe's GEMM (calibration.power_cap);
-    empty where the profile has no power cap or it is switched off."""
-    cap = getattr(model, "power_cap", None)
-    if not power_cap or cap is None:
+    empty without a power cap."""
+    if cap is None:
         return {}
     out: TensorCoreSeconds = {}
     for op in ops:
@@ -554,11 +553,13 @@ def _sustained(fwd: dict[Op, float], bwd: dict[Op, float], tc: TensorCoreSeconds
                d: float) -> tuple[dict[Op, float], dict[Op, float]]:
     """The operator tables of a GPU that sustains tensor-core share ``d``: each operator longer by its
     precision's measured factor, less one, times its tensor-core seconds."""
+    extra = {k: cap.factor(k, d) - 1.0 for k in {k for _, k in tc.values()}}  # per precision, once
+
     def stretch(table: dict[Op, float], direction: Direction) -> dict[Op, float]:
         out = {}
         for op, t in table.items():
             sec, precision = tc.get((op, direction), (0.0, "bf16"))
-            out[op] = t + (cap.factor(precision, d) - 1.0) * min(t, sec)
+            out[op] = t + extra.get(precision, 0.0) * min(t, sec)
         return out
     return stretch(fwd, Direction.FWD), stretch(bwd, Direction.BWD)
 
@@ -736,7 +737,8 @@ def build_costs(
         return count * mp_s
 
     im = getattr(model, "interference", None)  # the profile's measured interference, if any
-    tc = _tensor_core_seconds(model, ops, power_cap)
+    cap: _PowerCap | None = getattr(model, "power_cap", None) if power_cap else None
+    tc = _tensor_core_seconds(cap, ops)
 
     def compose(p: StagePlan, factor: float, fwd: dict[Op, float], bwd: dict[Op, float]) -> StageCost:
         s = p.index
@@ -818,7 +820,6 @@ def build_costs(
         )
 
     stages = [compose(p, 1.0, fwd, bwd) for p in plans]
-    cap = getattr(model, "power_cap", None) if power_cap else None
     if cap is not None and tc:
         from trainsim.sim.eq7 import eq7
 

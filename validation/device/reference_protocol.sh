@@ -3,11 +3,7 @@
 # shapes (validation/probe_reference_protocol.py; shapes in validation/reference_protocol/shapes.csv).
 # Resumable under $WORK; the SM clock and power sampled every 100 ms beside it; copied to $OUT/<gpu>.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=. PYTHONUNBUFFERED=1
-R=${OUT:-out}; DEADLINE=${DEADLINE_S:-500}; t0=$(date +%s)
-NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-case "$NAME" in *H200*) G=h200 ;; *) G=h100 ;; esac
-W=${WORK:-/tmp/reference_protocol}/$G; mkdir -p "$R" "$W"; echo "GPU: $NAME -> $W"
+. validation/device/gpu_workdir.sh reference_protocol  # multicast off, $R, $DEADLINE, $t0, $NAME, $G, $W
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_throttle_reasons.active --format=csv -lms 100 \
   >> "$W/smi.csv" 2>/dev/null &
 SMI=$!

@@ -11,11 +11,7 @@
 # OPS=0 skips step 2. The kernel summaries carry the longest idle gaps (train_hf_parallel.idle_gaps).
 # Resumable under $WORK; copied to $OUT/<gpu>. Multicast off.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=. PYTHONUNBUFFERED=1
-R=${OUT:-out}; DEADLINE=${DEADLINE_S:-500}; t0=$(date +%s)
-NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-case "$NAME" in *H200*) G=h200 ;; *) G=h100 ;; esac
-W=${WORK:-/tmp/unseen4_trace}/$G; mkdir -p "$R" "$W"; echo "GPU: $NAME -> $W"
+. validation/device/gpu_workdir.sh unseen4_trace  # multicast off, $R, $DEADLINE, $t0, $NAME, $G, $W
 timeout 240 python3 -m torch.distributed.run --standalone --nproc-per-node 1 validation/train_hf_parallel.py \
   --layouts 1gpu --shapes validation/hf_parallel_shapes_unseen4.csv --kernels --out "$W/trained_1gpu.csv" \
   > "$W/train.log" 2>&1
