@@ -1,0 +1,198 @@
+"""How fast the power cap sets in: the time course of a GPU's speed from idle to minutes of load.
+
+The operator samples are bursts (tens of ms after an idle GPU); the power probe
+(calibration/power_bench.py) compares them with the second half of 10-15 s of load; the validation
+trainers report the fastest of 8 iterations after 3 warm-up, 1-5 s into a configuration's load. What
+the GPU does between those points, and after them, is what this probe measures on one GPU:
+
+1. ``idle``: ``--idle-s`` seconds, NVML only (the starting temperature);
+2. ``gemm``: the bf16 8192-cube GEMM back to back for ``--gemm-s`` seconds, timed per batch of about
+   50 ms with CUDA events (seconds per GEMM, and the batch's end since the phase began);
+3. ``cool``: ``--cool-s`` seconds idle;
+4. per configuration of ``--configs`` (names in validation/configs.csv): ``train:<name>``, the
+   single-GPU HF GPT-NeoX iteration of validation/train_gptneox.py (the same model, loss and fused
+   AdamW) back to back for ``--train-s`` seconds, each iteration timed to its synchronisation;
+   then ``cool`` again.
+
+NVML (SM clock, power, temperature) is read from another thread every 0.25 s. JSON lines in
+``--out``: ``{"kind": "step", "phase", "t", "dt"}`` and ``{"kind": "nvml", "phase", "t", ...}``; a
+table per phase last (each time window's mean over the phase's first 0.5 s).
+
+    PYTHONPATH=. python validation/probe_throttle_onset.py --out out/onset.jsonl [--configs c09,c03]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+WINDOWS = ((0.0, 0.5), (0.5, 1.0), (1.0, 2.0), (2.0, 4.0), (4.0, 8.0), (8.0, 16.0), (16.0, 32.0), (32.0, 64.0),
+           (64.0, 128.0), (128.0, 256.0))
+
+
+def nvml_query() -> dict[str, float]:
+    import subprocess
+
+    query = "--query-gpu=clocks.sm,power.draw,temperature.gpu"
+    out = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits", "-i", "0"],
+                         capture_output=True, text=True).stdout.split(",")
+    try:
+        return {"sm_mhz": float(out[0]), "power_w": float(out[1]), "temp_c": float(out[2])}
+    except (ValueError, IndexError):
+        return {}
+
+
+class Sampler:
+    """NVML every ``period`` seconds from a daemon thread, tagged with the current phase and its clock."""
+
+    def __init__(self, sink: Any, period: float = 0.25) -> None:
+        self.sink, self.period = sink, period
+        self.phase, self.t0 = "start", time.perf_counter()
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def enter(self, phase: str) -> None:
+        self.phase, self.t0 = phase, time.perf_counter()
+
+    def _run(self) -> None:
+        while not self.stop:
+            q = nvml_query()
+            if q:
+                self.sink({"kind": "nvml", "phase": self.phase, "t": time.perf_counter() - self.t0, **q})
+            time.sleep(self.period)
+
+
+def gemm_phase(torch: Any, seconds: float, emit: Any) -> None:
+    dev = torch.device("cuda")
+    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    batch = 36  # about 50 ms of a bf16 8192-cube GEMM at the burst rate
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for _ in range(batch):
+            torch.mm(a, b)
+        e1.record()
+        e1.synchronize()
+        emit({"kind": "step", "t": time.perf_counter() - t0, "dt": e0.elapsed_time(e1) * 1e-3 / batch})
+    del a, b
+    torch.cuda.empty_cache()
+
+
+def train_phase(torch: Any, row: dict[str, str], seconds: float, emit: Any, begin: Any) -> None:
+    from train_gptneox import VOCAB
+    from train_hf_parallel import Shape, build_model
+
+    d, h, n = int(row["hidden"]), int(row["heads"]), int(row["layers"])
+    seq, b, m = int(row["seq_len"]), int(row["micro_batch"]), int(row["micro_batches"])
+    dev = torch.device("cuda")
+    model = build_model(torch, Shape(row["name"], d, h, n, seq, b, m), VOCAB, dev)
+    if row["recompute"] == "full":
+        model.gradient_checkpointing_enable()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    gen = torch.Generator(device=dev).manual_seed(1)
+    xs = [torch.randint(0, VOCAB, (b, seq), device=dev, generator=gen) for _ in range(m)]
+    torch.cuda.synchronize()
+    begin()  # the phase's clock starts with the first iteration, not with the model's build
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        s = time.perf_counter()
+        for x in xs:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=x, labels=x).loss
+            loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        e = time.perf_counter()
+        emit({"kind": "step", "t": e - t0, "dt": e - s})
+    del model, opt, xs
+    torch.cuda.empty_cache()
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    """Per phase: each window's mean time per step over the first 0.5 s's (iterations: over the 4th
+    iteration's, the first the validation protocol may time), with the window's SM clock, power and
+    temperature; for iterations also the protocol's figure (the fastest of iterations 4-11) against
+    the last third's mean."""
+    out = []
+    for phase in dict.fromkeys(r["phase"] for r in rows if r["kind"] == "step"):
+        steps = [r for r in rows if r["kind"] == "step" and r["phase"] == phase]
+        nv = [r for r in rows if r["kind"] == "nvml" and r["phase"] == phase]
+        train = phase.startswith("train")
+        ref = steps[3]["dt"] if train and len(steps) > 3 else statistics.mean(
+            s["dt"] for s in steps if s["t"] < 0.5 or s is steps[0])
+        out.append(f"{phase}: {len(steps)} steps, reference {ref * 1e3:.3f} ms")
+        for lo, hi in WINDOWS:
+            w = [s["dt"] for s in steps if lo <= s["t"] < hi]
+            v = [r for r in nv if lo <= r["t"] < hi]
+            if not w:
+                continue
+            clocks = (f"  {statistics.median(r['sm_mhz'] for r in v):5.0f} MHz "
+                      f"{statistics.median(r['power_w'] for r in v):4.0f} W {max(r['temp_c'] for r in v):3.0f} C"
+                      ) if v else ""
+            out.append(f"  {lo:5.1f}-{hi:5.1f} s  n {len(w):4d}  x{statistics.mean(w) / ref:.3f}{clocks}")
+        if train and len(steps) >= 12:
+            proto = min(s["dt"] for s in steps[3:11])
+            tail = [s["dt"] for s in steps[-max(1, len(steps) // 3):]]
+            out.append(f"  protocol (fastest of iterations 4-11) {proto * 1e3:.1f} ms; last third's mean "
+                       f"{statistics.mean(tail) * 1e3:.1f} ms: x{statistics.mean(tail) / proto:.3f}")
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--idle-s", type=float, default=10.0)
+    p.add_argument("--gemm-s", type=float, default=90.0)
+    p.add_argument("--cool-s", type=float, default=20.0)
+    p.add_argument("--train-s", type=float, default=45.0)
+    p.add_argument("--configs", default="c09,c03")
+    p.add_argument("--config-csv", default=str(Path(__file__).with_name("configs.csv")))
+    args = p.parse_args()
+    import torch
+
+    rows: list[dict[str, Any]] = []
+    fh = open(args.out, "a")
+    lock = threading.Lock()
+    sampler = Sampler(lambda r: record(r))
+
+    def record(r: dict[str, Any]) -> None:
+        with lock:
+            rows.append(r)
+            fh.write(json.dumps(r) + "\n")
+            fh.flush()
+
+    def emit(r: dict[str, Any]) -> None:
+        record({**r, "phase": sampler.phase})
+
+    record({"kind": "meta", "phase": "meta", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__})
+    sampler.enter("idle")
+    time.sleep(args.idle_s)
+    sampler.enter("gemm")
+    gemm_phase(torch, args.gemm_s, emit)
+    sampler.enter("cool")
+    time.sleep(args.cool_s)
+    configs = {r["name"]: r for r in csv.DictReader(open(args.config_csv))}
+    for name in args.configs.split(","):
+        sampler.enter(f"build:{name}")
+        train_phase(torch, configs[name], args.train_s, emit, lambda n=name: sampler.enter(f"train:{n}"))
+        sampler.enter("cool")
+        time.sleep(args.cool_s)
+    sampler.stop = True
+    print("\n".join(table(rows)))
+
+
+if __name__ == "__main__":
+    main()
