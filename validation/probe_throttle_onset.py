@@ -166,13 +166,14 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     fh = open(args.out, "a")
     lock = threading.Lock()
-    sampler = Sampler(lambda r: record(r))
 
     def record(r: dict[str, Any]) -> None:
         with lock:
             rows.append(r)
             fh.write(json.dumps(r) + "\n")
             fh.flush()
+
+    sampler = Sampler(record)
 
     def emit(r: dict[str, Any]) -> None:
         record({**r, "phase": sampler.phase})
