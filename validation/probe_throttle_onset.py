@@ -121,6 +121,69 @@ def train_phase(torch: Any, row: dict[str, str], seconds: float, emit: Any, begi
     torch.cuda.empty_cache()
 
 
+def burst_then_sustained(torch: Any, row: dict[str, str], gap_s: float, bursts: int, seconds: float, emit: Any,
+                         enter: Any) -> None:
+    """One configuration's iteration both ways: ``bursts`` iterations each after ``gap_s`` idle seconds
+    (phase ``burst:<name>``; the GPU starts each one cool, below its power cap, as the operator
+    samples do), then back to back for ``seconds`` (phase ``sustained:<name>``)."""
+    from train_gptneox import VOCAB
+    from train_hf_parallel import Shape, build_model
+
+    d, h, n = int(row["hidden"]), int(row["heads"]), int(row["layers"])
+    seq, b, m = int(row["seq_len"]), int(row["micro_batch"]), int(row["micro_batches"])
+    dev = torch.device("cuda")
+    model = build_model(torch, Shape(row["name"], d, h, n, seq, b, m), VOCAB, dev)
+    if row["recompute"] == "full":
+        model.gradient_checkpointing_enable()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    gen = torch.Generator(device=dev).manual_seed(1)
+    xs = [torch.randint(0, VOCAB, (b, seq), device=dev, generator=gen) for _ in range(m)]
+
+    def iteration() -> float:
+        s = time.perf_counter()
+        for x in xs:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=x, labels=x).loss
+            loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        return time.perf_counter() - s
+
+    for _ in range(2):  # allocations and kernel selection, as the protocol's warm-up does
+        iteration()
+    enter(f"burst:{row['name']}")
+    t0 = time.perf_counter()
+    for _ in range(bursts):
+        time.sleep(gap_s)
+        dt = iteration()
+        emit({"kind": "step", "t": time.perf_counter() - t0, "dt": dt})
+    enter(f"sustained:{row['name']}")
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        dt = iteration()
+        emit({"kind": "step", "t": time.perf_counter() - t0, "dt": dt})
+    # the model and optimizer die with this frame; main() empties the cache
+
+
+def pairs_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Per configuration: the median burst iteration, the sustained iterations of the load's second
+    half (median and fastest), their ratio, the fastest of the protocol's iterations 4-11."""
+    out = ["config   burst ms  sustained ms (2nd half median, min)  sustained/burst  protocol min 4-11"]
+    names = dict.fromkeys(r["phase"].split(":", 1)[1] for r in rows if r["phase"].startswith("burst:"))
+    for name in names:
+        burst = [r["dt"] for r in rows if r["kind"] == "step" and r["phase"] == f"burst:{name}"]
+        sus = [r for r in rows if r["kind"] == "step" and r["phase"] == f"sustained:{name}"]
+        if not burst or len(sus) < 4:
+            continue
+        half = [r["dt"] for r in sus if r["t"] >= sus[-1]["t"] / 2]
+        proto = min(r["dt"] for r in sus[1:9])
+        ratio = statistics.median(half) / statistics.median(burst)
+        out.append(f"{name:8s} {statistics.median(burst) * 1e3:8.1f}  {statistics.median(half) * 1e3:8.1f} "
+                   f"{min(half) * 1e3:8.1f}                    x{ratio:.3f}           {proto * 1e3:.1f}")
+    return out
+
+
 def table(rows: list[dict[str, Any]]) -> list[str]:
     """Per phase: each window's mean time per step over the first 0.5 s's (iterations: over the 4th
     iteration's, the first the validation protocol may time), with the window's SM clock, power and
@@ -159,7 +222,13 @@ def main() -> None:
     p.add_argument("--cool-s", type=float, default=20.0)
     p.add_argument("--train-s", type=float, default=45.0)
     p.add_argument("--configs", default="c09,c03")
-    p.add_argument("--config-csv", default=str(Path(__file__).with_name("configs.csv")))
+    p.add_argument("--config-csv", default=str(Path(__file__).with_name("configs.csv")),
+                   help="comma-separated CSVs of configurations (validation/configs*.csv)")
+    p.add_argument("--pairs", default=None, help="configurations to time burst-then-sustained instead of the "
+                   "time course (comma-separated names)")
+    p.add_argument("--gap-s", type=float, default=2.0)
+    p.add_argument("--bursts", type=int, default=5)
+    p.add_argument("--sustain-s", type=float, default=16.0)
     args = p.parse_args()
     import torch
 
@@ -179,13 +248,24 @@ def main() -> None:
         record({**r, "phase": sampler.phase})
 
     record({"kind": "meta", "phase": "meta", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__})
+    configs = {r["name"]: r for path in args.config_csv.split(",") for r in csv.DictReader(open(path))}
+    if args.pairs:
+        for name in args.pairs.split(","):
+            sampler.enter(f"build:{name}")
+            burst_then_sustained(torch, configs[name], args.gap_s, args.bursts, args.sustain_s, emit, sampler.enter)
+            torch.cuda.empty_cache()
+            sampler.enter("cool")
+            time.sleep(args.cool_s)
+            print("\n".join(pairs_table(rows)[-1:]), flush=True)
+        sampler.stop = True
+        print("\n".join(pairs_table(rows)))
+        return
     sampler.enter("idle")
     time.sleep(args.idle_s)
     sampler.enter("gemm")
     gemm_phase(torch, args.gemm_s, emit)
     sampler.enter("cool")
     time.sleep(args.cool_s)
-    configs = {r["name"]: r for r in csv.DictReader(open(args.config_csv))}
     for name in args.configs.split(","):
         sampler.enter(f"build:{name}")
         train_phase(torch, configs[name], args.train_s, emit, lambda n=name: sampler.enter(f"train:{n}"))
