@@ -102,14 +102,15 @@ def predict_row(row: dict[str, str], scenario: str, extra: list[str], cache_dir:
     accum = cost.grad_accum_s  # included in Eq. 7's update term
     mem = memory_per_gpu(sc.model, sc.training, sc.parallelism, pred.plans)
     measured_s = float(row["iteration_s"])
-    measured_gib = int(float(row["max_memory_allocated_bytes"])) / 2**30
+    # a table that timed iterations only (validation/throttle_onset_*: burst and sustained) leaves it blank
+    measured_gib = int(float(row["max_memory_allocated_bytes"])) / 2**30 if row["max_memory_allocated_bytes"] else None
     return {
         "name": row["name"], "hidden": int(row["hidden"]), "heads": int(row["heads"]), "layers": int(row["layers"]),
         "seq_len": int(row["seq_len"]), "micro_batch": int(row["micro_batch"]),
         "micro_batches": int(row["micro_batches"]), "recompute": row["recompute"],
         "predicted_s": iteration, "measured_s": measured_s, "time_error_pct": 100.0 * (iteration / measured_s - 1),
         "predicted_gib": mem.total_gib, "measured_gib": measured_gib,
-        "memory_error_pct": 100.0 * (mem.total_gib / measured_gib - 1),
+        "memory_error_pct": None if measured_gib is None else 100.0 * (mem.total_gib / measured_gib - 1),
         "fwd_s": cost.fwd_s, "bwd_s": cost.bwd_s, "recompute_s": cost.recompute_s, "optimizer_s": cost.optimizer_s,
         "grad_accum_s": accum, "profile": pred.profile_name,
     }
@@ -117,12 +118,14 @@ def predict_row(row: dict[str, str], scenario: str, extra: list[str], cache_dir:
 
 def summarize(results: list[dict]) -> dict:
     n = len(results)
+    mem = [abs(r["memory_error_pct"]) for r in results if r["memory_error_pct"] is not None]
     return {
         "configurations": n,
         "time_mape_pct": sum(abs(r["time_error_pct"]) for r in results) / n,
         "time_max_abs_error_pct": max(abs(r["time_error_pct"]) for r in results),
-        "memory_mape_pct": sum(abs(r["memory_error_pct"]) for r in results) / n,
-        "memory_max_abs_error_pct": max(abs(r["memory_error_pct"]) for r in results),
+        "memory_configurations": len(mem),
+        "memory_mape_pct": sum(mem) / len(mem) if mem else None,
+        "memory_max_abs_error_pct": max(mem) if mem else None,
     }
 
 
@@ -134,14 +137,20 @@ def render(results: list[dict], summary: dict) -> str:
         lines.append(
             f"| {r['name']} | {r['hidden']} | {r['heads']} | {r['layers']} | {r['seq_len']} | {r['micro_batch']} | "
             f"{r['micro_batches']} | {r['recompute']} | {r['predicted_s']:.4f} | {r['measured_s']:.4f} | "
-            f"{r['time_error_pct']:+.1f}% | {r['predicted_gib']:.2f} | {r['measured_gib']:.2f} | "
-            f"{r['memory_error_pct']:+.1f}% |")
+            f"{r['time_error_pct']:+.1f}% | {r['predicted_gib']:.2f} | "
+            + ("– | – |" if r["measured_gib"] is None
+               else f"{r['measured_gib']:.2f} | {r['memory_error_pct']:+.1f}% |"))
     lines.append("")
     profiles = ", ".join(sorted({r["profile"] for r in results}))
+    if summary["memory_mape_pct"] is None:
+        memory = " Peak memory: not in the table."
+    else:
+        memory = (f" Peak memory: mean abs error {summary['memory_mape_pct']:.2f}% "
+                  f"(max {summary['memory_max_abs_error_pct']:.1f}%)")
+        memory += "." if summary["memory_configurations"] == summary["configurations"] else \
+            f" over the {summary['memory_configurations']} rows that measured it."
     lines.append(f"Iteration time: MAPE {summary['time_mape_pct']:.2f}% (max {summary['time_max_abs_error_pct']:.1f}%) "
-                 f"over {summary['configurations']} configurations ({profiles})."
-                 " Peak memory: mean abs error "
-                 f"{summary['memory_mape_pct']:.2f}% (max {summary['memory_max_abs_error_pct']:.1f}%).")
+                 f"over {summary['configurations']} configurations ({profiles})." + memory)
     return "\n".join(lines)
 
 

@@ -1,0 +1,71 @@
+"""Measured tables for `trainsim validate --measured` from probe_throttle_onset.py's ``--pairs`` runs.
+
+Per configuration, three figures of the same iteration on the same GPU:
+
+* ``burst``: the median of the iterations timed after idle gaps (the GPU below its power cap);
+* ``sustained``: the median over the second half of the back-to-back load (16 s);
+* ``protocol``: the fastest of the back-to-back iterations 2-9, what validation/train_gptneox.py
+  reports (the fastest of 8 after 3 warm-up: its first warm-up ran before the pairs' load began).
+
+Writes ``<out-dir>/measured_<figure>.csv`` for each, in train_gptneox.py's columns (memory left
+blank: the probe does not measure it), and prints the sustained-over-burst ratio per row.
+
+    python validation/throttle_tables.py validation/throttle_onset_h100_machineAO/onset.jsonl \\
+        --out-dir validation/throttle_onset_h100_machineAO
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+from pathlib import Path
+
+HERE = Path(__file__).parent
+CONFIGS = [HERE / f"configs{s}.csv" for s in ("", "_unseen", "_unseen2", "_unseen3", "_unseen4")]
+COLUMNS = ("name", "hidden", "heads", "layers", "seq_len", "micro_batch", "micro_batches", "recompute", "vocab",
+           "iteration_s", "iteration_median_s", "iters", "max_memory_allocated_bytes", "gpu", "torch")
+
+
+def figures(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """{config: {burst, sustained, protocol}} in seconds."""
+    out = {}
+    for name in dict.fromkeys(r["phase"].split(":", 1)[1] for r in rows if r["phase"].startswith("burst:")):
+        burst = [r["dt"] for r in rows if r["kind"] == "step" and r["phase"] == f"burst:{name}"]
+        sus = [r for r in rows if r["kind"] == "step" and r["phase"] == f"sustained:{name}"]
+        if not burst or len(sus) < 10:
+            continue
+        half = [r["dt"] for r in sus if r["t"] >= sus[-1]["t"] / 2]
+        out[name] = {"burst": statistics.median(burst), "sustained": statistics.median(half),
+                     "protocol": min(r["dt"] for r in sus[1:9])}
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("onset", help="probe_throttle_onset.py's JSON lines (a --pairs run)")
+    p.add_argument("--out-dir", required=True)
+    args = p.parse_args()
+    rows = [json.loads(line) for line in open(args.onset)]
+    meta = next(r for r in rows if r["kind"] == "meta")
+    shapes = {r["name"]: r for path in CONFIGS for r in csv.DictReader(open(path))}
+    figs = figures(rows)
+    for figure in ("burst", "sustained", "protocol"):
+        path = Path(args.out_dir) / f"measured_{figure}.csv"
+        with open(path, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=COLUMNS)
+            w.writeheader()
+            for name, f in figs.items():
+                w.writerow({**{k: shapes[name][k] for k in COLUMNS[:8]}, "vocab": 50432,
+                            "iteration_s": f"{f[figure]:.6f}", "iteration_median_s": f"{f[figure]:.6f}",
+                            "iters": "", "max_memory_allocated_bytes": "", "gpu": meta["gpu"], "torch": meta["torch"]})
+        print(f"wrote {path}")
+    print("config  burst ms  sustained ms  protocol ms  sustained/burst")
+    for name, f in figs.items():
+        print(f"{name:6s} {f['burst'] * 1e3:9.1f} {f['sustained'] * 1e3:13.1f} {f['protocol'] * 1e3:12.1f}"
+              f"  x{f['sustained'] / f['burst']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
