@@ -11,7 +11,7 @@ Writes ``<out-dir>/measured_<figure>.csv`` for each, in train_gptneox.py's colum
 blank: the probe does not measure it), and prints the sustained-over-burst ratio per row.
 
     python validation/throttle_tables.py validation/throttle_onset_h100_machineAO/onset.jsonl \\
-        --out-dir validation/throttle_onset_h100_machineAO
+        --out-dir validation/throttle_onset_h100_machineAO --profile h100-sxm-bf16
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("onset", help="probe_throttle_onset.py's JSON lines (a --pairs run)")
     p.add_argument("--out-dir", required=True)
+    p.add_argument("--profile", default=None, help="price each row with this profile for its D and the curve's g")
     args = p.parse_args()
     rows = [json.loads(line) for line in open(args.onset)]
     meta = next(r for r in rows if r["kind"] == "meta")
@@ -64,7 +65,23 @@ def main() -> None:
     print("config  burst ms  sustained ms  protocol ms  sustained/burst")
     for name, f in figs.items():
         print(f"{name:6s} {f['burst'] * 1e3:9.1f} {f['sustained'] * 1e3:13.1f} {f['protocol'] * 1e3:12.1f}"
-              f"  x{f['sustained'] / f['burst']:.3f}")
+              f"  x{f['sustained'] / f['burst']:.3f}" + (training_g(shapes[name], f, args.profile, meta["gpu"])
+                                                        if args.profile else ""))
+
+
+def training_g(shape: dict[str, str], f: dict[str, float], profile: str, device_name: str) -> str:
+    from trainsim.scenarios.commands.validate import SHAPE_KEYS
+    from trainsim.scenarios.compose import predict
+    from trainsim.scenarios.schema import load_scenario
+    from trainsim.topology.hardware import gpu_for_device_name
+
+    overrides = [f"{key}={shape[col]}" for col, key in SHAPE_KEYS.items() if shape.get(col)]
+    pred = predict(load_scenario("gptneox-h100", overrides + [f"cluster.gpu={gpu_for_device_name(device_name)}",
+                                                             f"profile.name={profile}"]))
+    stage = pred.costs.stages[0]
+    tc = int(shape["micro_batches"]) * stage.compute_bound_s
+    return (f"  D {tc / f['burst']:.2f}  training g {1 + (f['sustained'] - f['burst']) / tc:.3f}"
+            f"  model g {stage.power_cap_factor:.3f}")
 
 
 if __name__ == "__main__":
