@@ -18,8 +18,10 @@ dp x cp, the group the gradients are reduced and the states sharded over):
   https://docs.nvidia.com/megatron-core/developer-guide/latest/api-guide/dist_optimizer.html):
   bf16 (and FP8) runs accumulate gradients in an fp32 buffer, so 2 (bf16 weights) + 4 (fp32
   gradients, not sharded: the reduce-scatter runs in place in the buffer) + 12/g, the docs' 6 + 12/d
-  (18 without it; we keep 2 + 2 + 12 there so the paper's cases do not move); fp16 runs keep fp16
-  gradients and shard the fp32 main gradients with the optimizer: 2 + 2 + 16/g, the docs' 4 + 16/d.
+  (18 without it; we keep 2 + 2 + 12 there so the paper's cases do not move); with
+  ``grad_reduce_in_fp32: false`` (NeMo's performance recipes) the buffer is bf16: 2 + 2 + 12/g;
+  fp16 runs keep fp16 gradients and shard the fp32 main gradients with the optimizer: 2 + 2 + 16/g,
+  the docs' 4 + 16/d.
 - FP8: Transformer Engine also keeps an FP8 copy (1 byte) of every encoder GEMM weight on every
   rank (under ZeRO-3 of the layers in flight only, cast after their all-gather). Embedding and LM
   head run in bf16 and have none.
@@ -297,7 +299,7 @@ def _megatron_states(model: ModelSpec, training: TrainingSpec, par: Parallelism,
     if training.distributed_optimizer:
         if training.precision is Precision.FP16:  # fp16 gradients; fp32 main gradients sharded with the state
             return HALF * p, HALF * p, (MAIN_GRAD + ADAM) * p / g
-        return HALF * p + FP8_WEIGHT * layers, MAIN_GRAD * p, ADAM * p / g
+        return HALF * p + FP8_WEIGHT * layers, training.grad_reduce_bytes * p, ADAM * p / g
     if training.fsdp_sharded and plan.fsdp is not None:
         u = plan.fsdp
         full_layer, full_root = u.layer_shard * u.ranks, u.root_shard * u.ranks

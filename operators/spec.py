@@ -254,6 +254,11 @@ class TrainingSpec:
     # fused | autograd (GradAccumulation, framework megatron): Megatron-Core's fused accumulation
     # into fp32 main gradients, or plain PyTorch's into 16-bit .grad with fp32 master copies
     grad_accumulation: GradAccumulation = GradAccumulation.FUSED
+    # Megatron-Core's DDP ``grad_reduce_in_fp32`` under the distributed optimizer: the gradient
+    # buffer, its accumulation and its reduce-scatter in fp32 (Megatron-LM's default for bf16 and
+    # fp8) or in bf16 (NeMo's performance recipes). None: fp32 for bf16 / fp8, the buffer's own
+    # 16 bits for fp16
+    grad_reduce_in_fp32: bool | None = None
 
     def __post_init__(self) -> None:
         _bounded("training.micro_batch", self.micro_batch, MAX_WIDTH)
@@ -299,6 +304,17 @@ class TrainingSpec:
             raise ConfigError("training.distributed_optimizer", "Megatron's distributed optimizer shards the "
                                                                 "optimizer state (stage 1 memory); it cannot be "
                                                                 "combined with ZeRO-3 / FSDP")
+        if self.grad_reduce_in_fp32 is not None:
+            if not isinstance(self.grad_reduce_in_fp32, bool):
+                raise ConfigError("training.grad_reduce_in_fp32",
+                                  f"must be true or false, got {show(self.grad_reduce_in_fp32)}")
+            if not self.distributed_optimizer:
+                raise ConfigError("training.grad_reduce_in_fp32", "the gradient buffer's precision is modelled "
+                                                                  "for Megatron-Core's distributed optimizer "
+                                                                  "(training.distributed_optimizer: true)")
+            if self.grad_reduce_in_fp32 and self.precision is Precision.FP16:
+                raise ConfigError("training.grad_reduce_in_fp32", "fp16 runs keep fp16 gradients and fp32 main "
+                                                                  "gradients with the sharded optimizer state")
         if self.framework is Framework.HF and (self.zero_stage == 2 or self.distributed_optimizer):
             raise ConfigError("training.zero_stage" if self.zero_stage == 2 else "training.distributed_optimizer",
                               "framework hf models PyTorch DDP (zero_stage 0/1) and FSDP2 (zero_stage 3)")
@@ -325,6 +341,14 @@ class TrainingSpec:
     def fsdp_sharded(self) -> bool:
         """Parameters sharded per layer over the data-parallel group (ZeRO-3 / FSDP)."""
         return self.zero_stage == 3
+
+    @property
+    def grad_reduce_bytes(self) -> int:
+        """Bytes of a gradient element in the distributed optimizer's buffer and reduce-scatter
+        (``grad_reduce_in_fp32``, resolved); 2 outside it."""
+        if not self.distributed_optimizer or self.precision is Precision.FP16:
+            return 2
+        return 2 if self.grad_reduce_in_fp32 is False else 4
 
     @property
     def reduce_scatters_grads(self) -> bool:

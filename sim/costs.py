@@ -698,7 +698,9 @@ def build_costs(
             ready = tuple(ends[i] for _, i in buckets)
             dp_ag.append([])  # DDP keeps whole parameters on every replica: nothing to gather
         elif grad_ranks > 1 and training.reduce_scatters_grads:  # each bucket's shard stays on its rank
-            dp_ar.append([coll(CollKind.REDUCE_SCATTER, e // grad_ranks, dp_span)
+            # an fp32 gradient buffer (grad_reduce_in_fp32) reduces twice the 2-byte entries
+            wide = training.grad_reduce_bytes // 2
+            dp_ar.append([coll(CollKind.REDUCE_SCATTER, wide * e // grad_ranks, dp_span)
                           for e in _buckets(p.params, training.dp_bucket)])
             dp_ag.append([coll(CollKind.ALL_GATHER, e, dp_span)
                           for e in _buckets(p.params // grad_ranks, training.dp_bucket)])

@@ -236,6 +236,7 @@ CASES: list[Case] = [
     ("kernels-hf-fused", _set("training.framework=hf", "training.kernels=fused", "model.preset=gpt-20b"),
      "training.kernels"),
     ("grad-accumulation-word", _set("training.grad_accumulation=lazy"), "training.grad_accumulation"),
+    ("grad-reduce-fp32-no-dist-opt", _set("training.grad_reduce_in_fp32=false"), "training.grad_reduce_in_fp32"),
     ("grad-accumulation-zero1", _set("training.grad_accumulation=autograd", "training.zero_stage=1"),
      "training.grad_accumulation"),
     ("calibrate-out-is-file", lambda i, o: ["calibrate", "--out", str(i / "afile"), "--device", "cpu", "--budget",

@@ -161,6 +161,23 @@ def test_distributed_optimizer_bytes_per_parameter(d):
     assert (bf16.weights, bf16.grads) == (2 * PARAMS, 4 * PARAMS)
     fp16 = _mem(SMALL, par, precision="fp16", distributed_optimizer=True)
     assert _states(fp16) == pytest.approx((4 + 16 / d) * plans[0].params)
+    # grad_reduce_in_fp32: false (NeMo's performance recipes): a bf16 gradient buffer, 2 + 2 + 12/d
+    half = _mem(SMALL, par, precision="bf16", distributed_optimizer=True, grad_reduce_in_fp32=False)
+    assert (half.weights, half.grads, half.optimizer) == (2 * PARAMS, 2 * PARAMS, bf16.optimizer)
+    assert _mem(SMALL, par, precision="bf16", distributed_optimizer=True, grad_reduce_in_fp32=True) == bf16
+
+
+@pytest.mark.parametrize("training,needle", [
+    ({"precision": "bf16", "grad_reduce_in_fp32": False}, "training.distributed_optimizer: true"),
+    ({"precision": "fp16", "distributed_optimizer": True, "grad_reduce_in_fp32": True}, "fp16 runs keep fp16"),
+    ({"precision": "bf16", "distributed_optimizer": True, "grad_reduce_in_fp32": "no"}, "must be true or false"),
+])
+def test_grad_reduce_in_fp32_is_refused_where_it_means_nothing(training, needle):
+    from trainsim.operators import ConfigError
+
+    with pytest.raises(ConfigError, match=needle) as e:
+        TrainingSpec(**training)
+    assert e.value.field == "training.grad_reduce_in_fp32"
 
 
 def test_sharding_group_includes_context_parallel_ranks():
@@ -181,3 +198,26 @@ def test_fit_report():
     for bad in (0, -1, float("nan"), float("inf"), True, "80"):
         with pytest.raises(ValueError, match="capacity_gib"):
             fit_report(e, bad)
+
+
+def test_published_fp8_runs_fit_with_their_recipes_gradient_buffer():
+    # the three NeMo 24.07 rows that were estimated over 80 GiB with fp32 gradient buffers (85.6, 89.0 and
+    # 83.2 GiB) ran with NeMo's bf16 ones (grad_sync_dtype: bf16); the bridge rows keep the fp32 default
+    from pathlib import Path
+
+    from trainsim.scenarios.published import read_published, scenario_mapping
+    from trainsim.scenarios.schema import scenario_from_mapping
+
+    rows = read_published(Path(__file__).resolve().parents[1] / "validation" / "published_h100.csv")
+    for row in rows:
+        mapping = scenario_mapping(row)
+        sc = scenario_from_mapping(mapping, name=row["id"])
+        tr = sc.training
+        if row["source"] == "nemo-24.07":
+            assert tr.grad_reduce_in_fp32 is False and tr.grad_reduce_bytes == 2
+        else:
+            assert "grad_reduce_in_fp32" not in mapping["training"]
+        need = memory_per_gpu(sc.model, tr, sc.parallelism, build_stage_plans(sc.model, tr, sc.parallelism))
+        assert need.total_gib < 80.0, row["id"]
+        if row["id"] == "nemo2407-gpt3-20b":  # 10.14 B parameters per rank: 2 bytes each of gradients
+            assert need.grads == pytest.approx(2 * build_stage_plans(sc.model, tr, sc.parallelism)[0].params)

@@ -220,11 +220,15 @@ def test_megatron_rank_order_tp_then_cp_then_dp_then_pp():
 # -- data parallelism and the optimizer ------------------------------------------------------------------
 
 def test_zero2_and_distributed_optimizer_reduce_scatter_then_all_gather():
-    for tr in (dataclasses.replace(TR, zero_stage=2), dataclasses.replace(TR, distributed_optimizer=True)):
+    # (training, bytes per reduced gradient): ZeRO-2's 16-bit gradients; the distributed optimizer's
+    # fp32 buffer (Megatron-Core's default for bf16) and its bf16 one (grad_reduce_in_fp32: false)
+    dist = dataclasses.replace(TR, distributed_optimizer=True)
+    for tr, width in ((dataclasses.replace(TR, zero_stage=2), 2), (dist, 4),
+                      (dataclasses.replace(dist, grad_reduce_in_fp32=False), 2)):
         st = costs(training=tr, pp=1, mp=8, dp=4).stages[0]
         assert st.dp_reduce_kind is CollKind.REDUCE_SCATTER
         # ZeRO's volume: reduce-scatter + all-gather move what DP's all-reduce moves (2 psi (n-1)/n)
-        shards = sum(st.dp_bucket_bytes) / 2
+        shards = sum(st.dp_bucket_bytes) / width
         assert shards * 4 == pytest.approx(st.params, abs=4 * len(st.dp_bucket_bytes))
         assert st.dp_allgather_bytes / 2 == st.params // 4
     ar = costs(training=dataclasses.replace(TR, zero_stage=1), pp=1, mp=8, dp=4).stages[0]
