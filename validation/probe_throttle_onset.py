@@ -30,6 +30,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,9 @@ def gemm_phase(torch: Any, seconds: float, emit: Any) -> None:
     torch.cuda.empty_cache()
 
 
-def train_phase(torch: Any, row: dict[str, str], seconds: float, emit: Any, begin: Any) -> None:
+def training_iteration(torch: Any, row: dict[str, str]) -> Callable[[], float]:
+    """validation/train_gptneox.py's iteration of configuration ``row``, built on the GPU: a callable
+    that runs one iteration to its synchronisation and returns its wall seconds."""
     from train_gptneox import VOCAB
     from train_hf_parallel import Shape, build_model
 
@@ -104,40 +107,6 @@ def train_phase(torch: Any, row: dict[str, str], seconds: float, emit: Any, begi
     gen = torch.Generator(device=dev).manual_seed(1)
     xs = [torch.randint(0, VOCAB, (b, seq), device=dev, generator=gen) for _ in range(m)]
     torch.cuda.synchronize()
-    begin()  # the phase's clock starts with the first iteration, not with the model's build
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        s = time.perf_counter()
-        for x in xs:
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(input_ids=x, labels=x).loss
-            loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        e = time.perf_counter()
-        emit({"kind": "step", "t": e - t0, "dt": e - s})
-    del model, opt, xs
-    torch.cuda.empty_cache()
-
-
-def burst_then_sustained(torch: Any, row: dict[str, str], gap_s: float, bursts: int, seconds: float, emit: Any,
-                         enter: Any) -> None:
-    """One configuration's iteration both ways: ``bursts`` iterations each after ``gap_s`` idle seconds
-    (phase ``burst:<name>``; the GPU starts each one cool, below its power cap, as the operator
-    samples do), then back to back for ``seconds`` (phase ``sustained:<name>``)."""
-    from train_gptneox import VOCAB
-    from train_hf_parallel import Shape, build_model
-
-    d, h, n = int(row["hidden"]), int(row["heads"]), int(row["layers"])
-    seq, b, m = int(row["seq_len"]), int(row["micro_batch"]), int(row["micro_batches"])
-    dev = torch.device("cuda")
-    model = build_model(torch, Shape(row["name"], d, h, n, seq, b, m), VOCAB, dev)
-    if row["recompute"] == "full":
-        model.gradient_checkpointing_enable()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    gen = torch.Generator(device=dev).manual_seed(1)
-    xs = [torch.randint(0, VOCAB, (b, seq), device=dev, generator=gen) for _ in range(m)]
 
     def iteration() -> float:
         s = time.perf_counter()
@@ -149,7 +118,24 @@ def burst_then_sustained(torch: Any, row: dict[str, str], gap_s: float, bursts: 
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         return time.perf_counter() - s
+    return iteration  # the model and optimizer live as long as it does
 
+
+def train_phase(torch: Any, row: dict[str, str], seconds: float, emit: Any, begin: Any) -> None:
+    iteration = training_iteration(torch, row)
+    begin()  # the phase's clock starts with the first iteration, not with the model's build
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        dt = iteration()
+        emit({"kind": "step", "t": time.perf_counter() - t0, "dt": dt})
+
+
+def burst_then_sustained(torch: Any, row: dict[str, str], gap_s: float, bursts: int, seconds: float, emit: Any,
+                         enter: Any) -> None:
+    """One configuration's iteration both ways: ``bursts`` iterations each after ``gap_s`` idle seconds
+    (phase ``burst:<name>``; the GPU starts each one cool, below its power cap, as the operator
+    samples do), then back to back for ``seconds`` (phase ``sustained:<name>``)."""
+    iteration = training_iteration(torch, row)
     for _ in range(2):  # allocations and kernel selection, as the protocol's warm-up does
         iteration()
     enter(f"burst:{row['name']}")
@@ -163,7 +149,6 @@ def burst_then_sustained(torch: Any, row: dict[str, str], gap_s: float, bursts: 
     while time.perf_counter() - t0 < seconds:
         dt = iteration()
         emit({"kind": "step", "t": time.perf_counter() - t0, "dt": dt})
-    # the model and optimizer die with this frame; main() empties the cache
 
 
 def pairs_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -269,6 +254,7 @@ def main() -> None:
     for name in args.configs.split(","):
         sampler.enter(f"build:{name}")
         train_phase(torch, configs[name], args.train_s, emit, lambda n=name: sampler.enter(f"train:{n}"))
+        torch.cuda.empty_cache()
         sampler.enter("cool")
         time.sleep(args.cool_s)
     sampler.stop = True
