@@ -129,6 +129,23 @@ def test_validate_rejects_a_table_without_the_columns(tmp_path, capsys):
     assert "lacks columns" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("time,memory,needle", [
+    ("abc", "1e9", "line 2: iteration_s must be a positive number, got 'abc'"),
+    ("nan", "1e9", "line 2: iteration_s"), ("-0.1", "1e9", "line 2: iteration_s"), ("", "1e9", "line 2: iteration_s"),
+    ("0.1", "xyz", "line 2: max_memory_allocated_bytes must be a positive number or blank, got 'xyz'"),
+    ("0.1", "0", "line 2: max_memory_allocated_bytes"),
+])
+def test_validate_rejects_a_cell_that_is_not_a_time_or_a_size(tmp_path, capsys, time, memory, needle):
+    from trainsim.scenarios.cli import main
+
+    bad = tmp_path / "m.csv"
+    bad.write_text("name,hidden,heads,layers,seq_len,micro_batch,micro_batches,recompute,iteration_s,"
+                   f"max_memory_allocated_bytes\nx,1024,16,4,512,2,1,none,{time},{memory}\n")
+    assert main(["validate", "--measured", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
 def test_compare_reports_the_closed_form_interference(cache, capsys):
     # the bundled CP2 scenario on the shipped profile (measured interference): the K/V ring's slowdown
     # beside the attention is inside the stage times, reported beside the attribution

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 from pathlib import Path
 
 from trainsim.operators import ConfigError
@@ -67,6 +68,18 @@ def read_measured(path: str) -> list[dict[str, str]]:
     missing = need - set(rows[0])
     if missing:
         raise ConfigError("--measured", f"{path} lacks columns {', '.join(sorted(missing))}")
+    for i, row in enumerate(rows, start=2):  # line 1 is the header
+        for col, blank_ok in (("iteration_s", False), ("max_memory_allocated_bytes", True)):
+            cell = (row.get(col) or "").strip()
+            if blank_ok and not cell:
+                continue
+            try:
+                value = float(cell)
+            except ValueError:
+                value = math.nan
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError("--measured", f"{path} line {i}: {col} must be a positive number"
+                                                f"{' or blank' if blank_ok else ''}, got {cell!r}")
     return rows
 
 
