@@ -23,6 +23,13 @@ the iteration, and each operator's time grows by ``(g - 1)`` times its tensor-co
 Profiles without ``power_cap.json`` (the reference ones, and any sample folder without it) are
 priced as their samples are; a transfer profile carries the measured GPU's curve (:meth:`PowerCapModel.on`).
 
+GPUs of one kind do not throttle alike: under the same sustained GEMM their times differ by a relative
+standard deviation ``spread`` (0.6-0.9 % at D = 1 over 4-5 GPUs, :func:`gpu_spread`), and the copies,
+which do not throttle, by 0.1 %. A synchronous job runs at its slowest GPU's pace. :meth:`PowerCapModel.slowest_of`
+prices a job of n GPUs so: each GPU's capped time varies by ``spread`` scaled by how deep the throttle is
+at that D ((g(D) - 1) / (g(1) - 1)), and the job takes the expected maximum of n such GPUs
+(:func:`expected_max_normal`: 0.56 standard deviations for 2, 2.34 for 64, 3.25 for 1,024).
+
     python -m trainsim.calibration.power_cap validation/gpu_spread_h100_1gpu_machineAJ/spread.jsonl \\
         --out calibration/profiles/h100-sxm-bf16/power_cap.json
 """
@@ -30,8 +37,11 @@ priced as their samples are; a transfer profile carries the measured GPU's curve
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,15 +87,32 @@ class PowerCapModel:
     gpu: str
     curves: dict[str, Curve]
     reference_flops: dict[str, float]
+    # relative standard deviation of the sustained lone GEMM's time across GPUs (:func:`gpu_spread`)
+    spread: float = 0.0
+    gpus: int = 1  # the job whose slowest GPU :meth:`factor` prices (:meth:`slowest_of`)
 
     def __post_init__(self) -> None:
         for k, v in self.reference_flops.items():
             if not (math.isfinite(v) and v > 0):
                 raise ConfigError(POWER_FILE, f"reference_flops.{k} must be a positive rate, got {v!r}")
+        if not (math.isfinite(self.spread) and 0.0 <= self.spread < 0.5):
+            raise ConfigError(POWER_FILE, f"spread must be a fraction in [0, 0.5), got {self.spread!r}")
 
     def factor(self, precision: str, share: float) -> float:
+        """g(D) of ``precision``'s curve; for a job of several GPUs, its slowest GPU's."""
         curve = self.curves.get(precision) or self.curves.get("bf16")
-        return 1.0 if curve is None else curve.factor(share)
+        if curve is None:
+            return 1.0
+        g = curve.factor(share)
+        g_full = curve.factor(1.0)
+        if self.gpus > 1 and self.spread > 0 and g > 1.0 and g_full > 1.0:
+            g *= 1.0 + self.spread * (g - 1.0) / (g_full - 1.0) * expected_max_normal(self.gpus)
+        return g
+
+    def slowest_of(self, gpus: int) -> PowerCapModel:
+        """The same GPU kind in a synchronous job of ``gpus`` GPUs: :meth:`factor` gives its slowest
+        GPU's slowdown (the module doc)."""
+        return dataclasses.replace(self, gpus=max(1, int(gpus)))
 
     def on(self, gpu: str, bf16_ratio: float, fp8_ratio: float) -> PowerCapModel:
         """The same curves for a GPU whose tensor cores are ``bf16_ratio`` (``fp8_ratio``) times as fast
@@ -94,7 +121,7 @@ class PowerCapModel:
         That the other GPU throttles as this one does at the same D is an assumption (docs/efficiency.md)."""
         ratios = {"bf16": bf16_ratio, "fp8": fp8_ratio}
         rates = {k: v * ratios[k] for k, v in self.reference_flops.items() if ratios.get(k, 0) > 0}
-        return PowerCapModel(f"{gpu}, {self.gpu}'s curve", self.curves, rates)
+        return PowerCapModel(f"{gpu}, {self.gpu}'s curve", self.curves, rates, self.spread, self.gpus)
 
     def tensor_core_seconds(self, precision: str, flops: float) -> float:
         """``flops`` at the probe GEMM's burst rate of that precision (bf16's where not measured)."""
@@ -163,6 +190,41 @@ def fit_curve(points: Iterable[tuple[float, float]]) -> Curve:
     return Curve(tuple((round(d, 3), round(g, 4)) for d, g in knots))
 
 
+@functools.lru_cache(maxsize=256)
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normals]: the integral of x n phi(x) Phi(x)^(n-1) on a fine grid
+    (0 for one, 0.5642 for two, 1.0294 for four, 3.2482 for 1,024)."""
+    if n <= 1:
+        return 0.0
+    x = np.linspace(-10.0, 10.0, 20001)
+    pdf = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    cdf = 0.5 * (1.0 + np.array([math.erf(v / math.sqrt(2.0)) for v in x]))
+    y = x * n * pdf * cdf ** (n - 1)
+    return float(np.sum((y[1:] + y[:-1]) * 0.5 * np.diff(x)))
+
+
+def gpu_spread(rows: Sequence[dict[str, Any]]) -> tuple[float, int]:
+    """The relative standard deviation of the lone 8192-cube GEMMs' sustained time across the GPUs of the
+    tables, and over how many GPUs: each GPU's time (``window_s``, its mean over rounds) relative to its
+    precision's mean over the GPUs, pooled over the precisions (n - 1 degrees of freedom each: a
+    property of the GPU, not of the GEMM's type). A GPU is its ``uuid`` (or its table and index); 0
+    where fewer than two GPUs measured a GEMM."""
+    squares, dof, gpus = 0.0, 0, set()
+    for precision in PRECISIONS:
+        per: dict[str, list[float]] = {}
+        for r in rows:
+            w = r.get("window_s")
+            if r.get("kernel") == f"gemm_{precision}_8192" and isinstance(w, float) and math.isfinite(w):
+                per.setdefault(r.get("uuid") or f"{r.get('source')}:{r.get('gpu')}", []).append(w)
+        times = {g: statistics.mean(v) for g, v in per.items()}
+        if len(times) >= 2:
+            mean = statistics.mean(times.values())
+            squares += sum((t / mean - 1.0) ** 2 for t in times.values())
+            dof += len(times) - 1
+            gpus.update(times)
+    return (math.sqrt(squares / dof), len(gpus)) if dof else (0.0, len(gpus))
+
+
 def fit_power_cap(paths: Sequence[str]) -> dict[str, Any]:
     """The ``power_cap.json`` record of the probe tables at ``paths`` (one GPU kind)."""
     rows: list[dict[str, Any]] = []
@@ -183,11 +245,14 @@ def fit_power_cap(paths: Sequence[str]) -> dict[str, Any]:
         raise ConfigError("power cap", "no GEMM with its sustained and burst times in the tables")
     rates = {k: float(np.median([r["burst_rate"] for r in rows if r["kernel"] == f"gemm_{k}_8192"]))
              for k in curves}
+    spread, spread_gpus = gpu_spread(rows)
     return {"gpu": names[0], "sources": list(paths), "points": points,
             "curves": {k: [list(knot) for knot in c.knots] for k, c in curves.items()},
             "reference_flops": {k: round(v, -9) for k, v in rates.items()},
+            "spread": round(spread, 5), "spread_gpus": spread_gpus,
             "model": "g(D): tensor-core work's sustained over burst time at tensor-core share D of the GPU's "
-                     "time, linear between the knots, 1 below the first (calibration/power_cap.py)"}
+                     "time, linear between the knots, 1 below the first; spread: the sustained GEMM's relative "
+                     "standard deviation across GPUs, for a job's slowest GPU (calibration/power_cap.py)"}
 
 
 def load_power_cap(path: str | Path) -> PowerCapModel:
@@ -196,7 +261,7 @@ def load_power_cap(path: str | Path) -> PowerCapModel:
         data = json.loads(Path(path).read_text())
         curves = {str(k): Curve(tuple((float(d), float(g)) for d, g in v)) for k, v in data["curves"].items()}
         rates = {str(k): float(v) for k, v in data["reference_flops"].items()}
-        return PowerCapModel(str(data["gpu"]), curves, rates)
+        return PowerCapModel(str(data["gpu"]), curves, rates, float(data.get("spread", 0.0)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ConfigError(str(path), f"unreadable power-cap table: {e}") from None
 

@@ -740,6 +740,9 @@ def build_costs(
 
     im = getattr(model, "interference", None)  # the profile's measured interference, if any
     cap: _PowerCap | None = getattr(model, "power_cap", None) if power_cap else None
+    slowest_of = getattr(cap, "slowest_of", None)
+    if slowest_of is not None:  # a synchronous job runs at its slowest GPU's pace
+        cap = slowest_of(par.pp * par.mp * par.dp * par.cp)
     tc = _tensor_core_seconds(cap, ops)
 
     def compose(p: StagePlan, factor: float, fwd: dict[Op, float], bwd: dict[Op, float]) -> StageCost:
@@ -844,9 +847,11 @@ def build_costs(
             worst = max(range(len(stages)), key=lambda i: shares[i])
             factors = ", ".join(f"{k} x{cap.factor(k, shares[worst]):.3f}" for k in kinds)
             if any(st.power_cap_s > 0 for st in stages):
+                gpus = par.pp * par.mp * par.dp * par.cp
+                slowest = f", the slowest of {gpus} GPUs" if gpus > 1 and getattr(cap, "spread", None) else ""
                 notes.append(f"power cap ({cap.gpu}, the profile's power_cap.json): a GPU in tensor-core work "
                              f"{100 * shares[worst]:.0f} % of the iteration runs it slower than its samples "
-                             f"({factors}; stage {worst}); profile.power_cap: false prices the samples")
+                             f"({factors}; stage {worst}{slowest}); profile.power_cap: false prices the samples")
     return IterationCosts(
         stages=tuple(stages), micro_batches=training.micro_batches, parallelism=par,
         mp_span=mp_span, dp_span=dp_span, p2p_spans=p2p_spans, notes=tuple(dict.fromkeys(notes)),

@@ -195,6 +195,7 @@ def test_profile_show_gives_both_models_validation_error() -> None:
                                                if x["validation_mape_pct"] and x["validation_mape_pct"] > 20)
     # the measured power cap is shown with the regressors (calibration/power_cap.py)
     assert data["power_cap"]["bf16"][0][1] == 1.0 and data["power_cap"]["bf16"][-1][0] == 1.0
+    assert 0.0 < data["power_cap_spread"] < 0.05  # the GPUs' spread under the cap, for a job's slowest
 
 
 def test_transfer_check_scores_the_h200_samples_with_the_h100_efficiencies() -> None:

@@ -12,8 +12,10 @@ import pytest
 from trainsim.calibration.power_cap import (
     Curve,
     PowerCapModel,
+    expected_max_normal,
     fit_curve,
     fit_power_cap,
+    gpu_spread,
     load_power_cap,
     mix_points,
 )
@@ -26,8 +28,8 @@ from trainsim.sim.eq7 import eq7
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ROOT / "calibration" / "profiles"
-H100_TABLES = [ROOT / "validation" / "gpu_spread_h100_1gpu_machineAJ" / "spread.jsonl",
-               ROOT / "validation" / "gpu_spread_h100_1gpu_machineAI" / "spread.jsonl"]
+H100_TABLES = [ROOT / "validation" / f"gpu_spread_h100_1gpu_machine{m}" / "spread.jsonl"
+               for m in ("AJ", "AI", "AL", "AO")]
 H200_TABLES = [ROOT / "validation" / "gpu_spread_h200_1gpu_machineAK" / "spread.jsonl",
                ROOT / "validation" / "gpu_spread_h200_4gpu_machineAH" / "v3_window" / "spread.jsonl"]
 
@@ -77,8 +79,9 @@ def test_shipped_power_caps_are_what_the_command_writes(tmp_path):
         r = subprocess.run([sys.executable, "-m", "trainsim.calibration.power_cap", *map(str, tables), "--out",
                             str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert r.returncode == 0, r.stderr
-        assert json.loads(out.read_text())["curves"] == json.loads((PROFILES / name / "power_cap.json")
-                                                                   .read_text())["curves"]
+        written, shipped = json.loads(out.read_text()), json.loads((PROFILES / name / "power_cap.json").read_text())
+        for key in ("curves", "spread", "spread_gpus"):
+            assert written[key] == shipped[key], key
 
 
 def test_measured_h100_curve_says_what_the_docs_say():
@@ -89,6 +92,38 @@ def test_measured_h100_curve_says_what_the_docs_say():
     assert 7e14 < cap.reference_flops["bf16"] < 8e14  # the 8192-cube GEMM's burst on an H100
     h200 = load_power_cap(PROFILES / "h200-sxm-bf16" / "power_cap.json")
     assert h200.factor("bf16", 0.5) > 1.03  # the H200 throttles at lower shares
+
+
+def test_expected_maximum_of_n_normals():
+    # the tabulated expectations of the largest of n standard normals (Tippett 1925; Harter 1961)
+    for n, want in ((1, 0.0), (2, 0.5642), (4, 1.0294), (8, 1.4236), (100, 2.5076), (1000, 3.2414)):
+        assert expected_max_normal(n) == pytest.approx(want, abs=2e-4)
+
+
+def test_gpu_spread_pools_the_precisions_by_hand():
+    # bf16: three GPUs at 0.99, 1.00, 1.01 ms (relative deviations -1, 0, +1 %: squares 2e-4, 2 dof);
+    # fp8: GPU 0's two rounds average 0.98, GPU 1 1.02 (-2 %, +2 %: squares 8e-4, 1 dof); a lone GPU
+    # adds nothing. Pooled: sqrt(1e-3 / 3)
+    rows = [dict(_row("gemm_bf16_8192", 0.9, w, gpu=g), uuid=f"u{g}") for g, w in enumerate((0.99, 1.00, 1.01))]
+    rows += [dict(_row("gemm_fp8_8192", 0.5, w, rnd=r, gpu=0), uuid="u0") for r, w in enumerate((0.97, 0.99))]
+    rows += [dict(_row("gemm_fp8_8192", 0.5, 1.02, gpu=1), uuid="u1")]
+    spread, gpus = gpu_spread(rows)
+    assert gpus == 3 and spread == pytest.approx((1e-3 / 3) ** 0.5, rel=1e-9)
+    assert gpu_spread(rows[:1]) == (0.0, 0)
+
+
+def test_a_job_runs_at_its_slowest_gpus_throttle():
+    cap = PowerCapModel("toy", {"bf16": Curve(((0.5, 1.0), (1.0, 1.2)))}, {"bf16": 1e15}, spread=0.01)
+    assert cap.slowest_of(1).factor("bf16", 0.75) == cap.factor("bf16", 0.75) == pytest.approx(1.1)
+    # at D = 0.75 half the full throttle: each GPU's spread is half of 1 %, and 64 GPUs' slowest is 2.34 sd out
+    assert cap.slowest_of(64).factor("bf16", 0.75) == pytest.approx(1.1 * (1 + 0.005 * expected_max_normal(64)))
+    assert cap.slowest_of(1024).factor("bf16", 0.4) == 1.0  # no throttle, no spread
+    assert cap.slowest_of(8).factor("bf16", 0.9) < cap.slowest_of(64).factor("bf16", 0.9)
+    with pytest.raises(ConfigError, match="spread"):
+        PowerCapModel("toy", cap.curves, cap.reference_flops, spread=float("nan"))
+    # the shipped H100's: 4 GPUs measured, about 1 %; a transfer keeps it
+    h100 = load_power_cap(PROFILES / "h100-sxm-bf16" / "power_cap.json")
+    assert 0.003 < h100.spread < 0.02 and h100.on("a100-sxm4-80gb", 0.5, 0.0).spread == h100.spread
 
 
 def test_bad_power_cap_file_and_tables_are_one_line(tmp_path):
@@ -146,6 +181,18 @@ def test_power_cap_slows_only_tensor_core_work_by_the_measured_factor():
     for b, d in zip(on.stages, final, strict=True):
         assert b.power_cap_factor == pytest.approx(CAP.factor("bf16", d), abs=2e-3)
     assert any("power cap (toy" in n for n in on.notes) and not any("power cap" in n for n in off.notes)
+
+
+def test_build_costs_prices_the_jobs_slowest_gpu():
+    # gpt20b-dgxh100 is 128 GPUs: with a 2 % spread every stage's factor is its curve's at the final
+    # share, times the slowest of 128 GPUs' excess
+    spread = PowerCapModel("toy", CAP.curves, CAP.reference_flops, spread=0.02)
+    alone, job = _costs(CAP), _costs(spread)
+    final = power_cap_shares(job, eq7(job).iteration_s)
+    for a, b, d in zip(alone.stages, job.stages, final, strict=True):
+        assert b.power_cap_factor > a.power_cap_factor
+        assert b.power_cap_factor == pytest.approx(spread.slowest_of(128).factor("bf16", d), abs=2e-3)
+    assert any("the slowest of 128 GPUs" in n for n in job.notes)
 
 
 def test_profile_power_cap_must_be_a_boolean():

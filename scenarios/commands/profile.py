@@ -108,7 +108,8 @@ def show(profile, as_json: bool, other=None) -> None:
     curves = {k: [list(knot) for knot in c.knots] for k, c in cap.curves.items()} if cap is not None else None
     if as_json:
         print_json({"profile": profile.name, "model": model, "validation_bar_pct": VALIDATION_BAR_PCT,
-                    "regressors": rows, "above_bar": above, "quirks": quirks, "power_cap": curves})
+                    "regressors": rows, "above_bar": above, "quirks": quirks, "power_cap": curves,
+                    "power_cap_spread": getattr(cap, "spread", None)})
         return
     print(f"profile {profile.name}: {len(rows)} regressors, profile.model {model}"
           + (f" (validation MAPE of the {other_name} model beside)" if other is not None else ""))
@@ -124,6 +125,9 @@ def show(profile, as_json: bool, other=None) -> None:
               "tensor-core work slower than its samples by g at tensor-core share D of the GPU's time")
         for k, knots in curves.items():
             print(f"  {k}: " + ", ".join(f"D {d:.2f} g {g:.3f}" for d, g in knots))
+        if getattr(cap, "spread", 0.0):
+            print(f"  GPUs of this kind differ by {100 * cap.spread:.2f} % (relative s.d.) under the cap: "
+                  "a job of n GPUs is priced at its slowest's (docs/efficiency.md)")
     if quirks:
         print(f"\n{len(quirks)} data quirks found in the samples (kept as measured):")
         for q in quirks:
