@@ -104,9 +104,8 @@ class PowerCapModel:
         if curve is None:
             return 1.0
         g = curve.factor(share)
-        g_full = curve.factor(1.0)
-        if self.gpus > 1 and self.spread > 0 and g > 1.0 and g_full > 1.0:
-            g *= 1.0 + self.spread * (g - 1.0) / (g_full - 1.0) * expected_max_normal(self.gpus)
+        if self.gpus > 1 and self.spread > 0 and g > 1.0:  # g > 1 somewhere: the curve's last knot too
+            g *= 1.0 + self.spread * (g - 1.0) / (curve.knots[-1][1] - 1.0) * expected_max_normal(self.gpus)
         return g
 
     def slowest_of(self, gpus: int) -> PowerCapModel:
