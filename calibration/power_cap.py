@@ -24,13 +24,13 @@ Profiles without ``power_cap.json`` (the reference ones, and any sample folder w
 priced as their samples are; a transfer profile carries the measured GPU's curve (:meth:`PowerCapModel.on`).
 
 GPUs of one kind do not throttle alike: under the same sustained GEMM their times differ by a relative
-standard deviation ``spread`` (0.6-0.9 % at D = 1 over 4-5 GPUs, :func:`gpu_spread`), and the copies,
+standard deviation ``spread`` (0.91 % over four H100s, 1.02 % over five H200s, :func:`gpu_spread`), the copies,
 which do not throttle, by 0.1 %. A synchronous job runs at its slowest GPU's pace. :meth:`PowerCapModel.slowest_of`
 prices a job of n GPUs so: each GPU's capped time varies by ``spread`` scaled by how deep the throttle is
 at that D ((g(D) - 1) / (g(1) - 1)), and the job takes the expected maximum of n such GPUs
 (:func:`expected_max_normal`: 0.56 standard deviations for 2, 2.34 for 64, 3.25 for 1,024).
 
-    python -m trainsim.calibration.power_cap validation/gpu_spread_h100_1gpu_machineAJ/spread.jsonl \\
+    python -m trainsim.calibration.power_cap validation/gpu_spread_h100_1gpu_machine{AJ,AI,AL,AO}/spread.jsonl \\
         --out calibration/profiles/h100-sxm-bf16/power_cap.json
 """
 
