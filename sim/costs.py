@@ -742,7 +742,7 @@ def build_costs(
     cap: _PowerCap | None = getattr(model, "power_cap", None) if power_cap else None
     slowest_of = getattr(cap, "slowest_of", None)
     if slowest_of is not None:  # a synchronous job runs at its slowest GPU's pace
-        cap = slowest_of(par.pp * par.mp * par.dp * par.cp)
+        cap = slowest_of(par.gpus)
     tc = _tensor_core_seconds(cap, ops)
 
     def compose(p: StagePlan, factor: float, fwd: dict[Op, float], bwd: dict[Op, float]) -> StageCost:
@@ -781,6 +781,8 @@ def build_costs(
             in_steps += (cp_f - plain_f) + (cp_b - plain_b)
             assert p.cp_ring is not None
             cp_ring, cp_one = (p.cp_ring.ranks - 1) * p.cp_ring.layers * (one_f + one_b), one_f
+        mp_f = mp_total(p, "fwd", p.mp_allreduces_fwd, fwd, bwd)  # each composition's MP time, once
+        mp_b = mp_total(p, "bwd", p.mp_allreduces_bwd, fwd, bwd)
         ag_total = sum(wanted[c] for c in dp_ag[s])
         ag_hidden = min(ag_total, fwd_s) if training.overlap_param_gather else 0.0
         ag_exposed = ag_total - ag_hidden
@@ -789,8 +791,8 @@ def build_costs(
             fwd_compute_s=fwd_s,
             bwd_compute_s=bwd_s,
             recompute_s=rec_s,
-            mp_fwd_s=mp_total(p, "fwd", p.mp_allreduces_fwd, fwd, bwd),
-            mp_bwd_s=mp_total(p, "bwd", p.mp_allreduces_bwd, fwd, bwd),
+            mp_fwd_s=mp_f,
+            mp_bwd_s=mp_b,
             mp_allreduce_s=mp_s,
             mp_fwd_count=p.mp_allreduces_fwd if par.mp > 1 else 0,
             mp_bwd_count=p.mp_allreduces_bwd if par.mp > 1 else 0,
@@ -818,9 +820,7 @@ def build_costs(
             dp_bucket_ready=dp_ready[s],
             fsdp_fwd_s=fsdp_f, fsdp_bwd_s=fsdp_b,
             **_interference(model, p, bwd, [float(c.bytes) for c in dp_ar[s]]),
-            **_host_fields(model, p, fwd_s, bwd_s, mp_total(p, "fwd", p.mp_allreduces_fwd, fwd, bwd),
-                           mp_total(p, "bwd", p.mp_allreduces_bwd, fwd, bwd),
-                           upd[p.optimizer] + accum_s, notes, (fwd, bwd)),
+            **_host_fields(model, p, fwd_s, bwd_s, mp_f, mp_b, upd[p.optimizer] + accum_s, notes, (fwd, bwd)),
             compute_bound_s=_compute_bound_s(p, fwd, bwd, tc), power_cap_factor=factor,
         )
 
@@ -847,8 +847,7 @@ def build_costs(
             worst = max(range(len(stages)), key=lambda i: shares[i])
             factors = ", ".join(f"{k} x{cap.factor(k, shares[worst]):.3f}" for k in kinds)
             if any(st.power_cap_s > 0 for st in stages):
-                gpus = par.pp * par.mp * par.dp * par.cp
-                slowest = f", the slowest of {gpus} GPUs" if gpus > 1 and getattr(cap, "spread", None) else ""
+                slowest = f", the slowest of {par.gpus} GPUs" if par.gpus > 1 and getattr(cap, "spread", None) else ""
                 notes.append(f"power cap ({cap.gpu}, the profile's power_cap.json): a GPU in tensor-core work "
                              f"{100 * shares[worst]:.0f} % of the iteration runs it slower than its samples "
                              f"({factors}; stage {worst}{slowest}); profile.power_cap: false prices the samples")

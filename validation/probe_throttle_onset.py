@@ -40,18 +40,6 @@ WINDOWS = ((0.0, 0.2), (0.2, 0.5), (0.5, 1.0), (1.0, 2.0), (2.0, 4.0), (4.0, 8.0
            (32.0, 64.0), (64.0, 128.0), (128.0, 256.0))
 
 
-def nvml_query() -> dict[str, float]:
-    import subprocess
-
-    query = "--query-gpu=clocks.sm,power.draw,temperature.gpu"
-    out = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits", "-i", "0"],
-                         capture_output=True, text=True).stdout.split(",")
-    try:
-        return {"sm_mhz": float(out[0]), "power_w": float(out[1]), "temp_c": float(out[2])}
-    except (ValueError, IndexError):
-        return {}
-
-
 class Sampler:
     """NVML every ``period`` seconds from a daemon thread, tagged with the current phase and its clock."""
 
@@ -66,10 +54,13 @@ class Sampler:
         self.phase, self.t0 = phase, time.perf_counter()
 
     def _run(self) -> None:
+        from trainsim.calibration.power_bench import smi  # nvidia-smi's clock, power and temperature
+
         while not self.stop:
-            q = nvml_query()
+            q = smi(0)
             if q:
-                self.sink({"kind": "nvml", "phase": self.phase, "t": time.perf_counter() - self.t0, **q})
+                self.sink({"kind": "nvml", "phase": self.phase, "t": time.perf_counter() - self.t0,
+                           **{k: q[k] for k in ("sm_mhz", "power_w", "temp_c")}})
             time.sleep(self.period)
 
 
@@ -151,21 +142,30 @@ def burst_then_sustained(torch: Any, row: dict[str, str], gap_s: float, bursts: 
         emit({"kind": "step", "t": time.perf_counter() - t0, "dt": dt})
 
 
-def pairs_table(rows: list[dict[str, Any]]) -> list[str]:
-    """Per configuration: the median burst iteration, the sustained iterations of the load's second
-    half (median and fastest), their ratio, the fastest of the protocol's iterations 4-11."""
-    out = ["config   burst ms  sustained ms (2nd half median, min)  sustained/burst  protocol min 4-11"]
-    names = dict.fromkeys(r["phase"].split(":", 1)[1] for r in rows if r["phase"].startswith("burst:"))
-    for name in names:
+def pair_figures(rows: list[dict[str, Any]], min_sustained: int = 4) -> dict[str, dict[str, float]]:
+    """Per configuration of a ``--pairs`` run, seconds: ``burst`` (the median iteration after idle
+    gaps), ``sustained`` and ``sustained_min`` (the median and the fastest of the load's second half),
+    ``protocol`` (the fastest of back-to-back iterations 2-9, as validation/train_gptneox.py reports
+    it: its first warm-up ran before the load began). Configurations with fewer sustained iterations
+    than ``min_sustained`` are left out."""
+    out = {}
+    for name in dict.fromkeys(r["phase"].split(":", 1)[1] for r in rows if r["phase"].startswith("burst:")):
         burst = [r["dt"] for r in rows if r["kind"] == "step" and r["phase"] == f"burst:{name}"]
         sus = [r for r in rows if r["kind"] == "step" and r["phase"] == f"sustained:{name}"]
-        if not burst or len(sus) < 4:
+        if not burst or len(sus) < min_sustained:
             continue
         half = [r["dt"] for r in sus if r["t"] >= sus[-1]["t"] / 2]
-        proto = min(r["dt"] for r in sus[1:9])
-        ratio = statistics.median(half) / statistics.median(burst)
-        out.append(f"{name:8s} {statistics.median(burst) * 1e3:8.1f}  {statistics.median(half) * 1e3:8.1f} "
-                   f"{min(half) * 1e3:8.1f}                    x{ratio:.3f}           {proto * 1e3:.1f}")
+        out[name] = {"burst": statistics.median(burst), "sustained": statistics.median(half),
+                     "sustained_min": min(half), "protocol": min(r["dt"] for r in sus[1:9])}
+    return out
+
+
+def pairs_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Per configuration, :func:`pair_figures` in ms and the sustained-over-burst ratio."""
+    out = ["config   burst ms  sustained ms (2nd half median, min)  sustained/burst  protocol min 4-11"]
+    for name, f in pair_figures(rows).items():
+        out.append(f"{name:8s} {f['burst'] * 1e3:8.1f}  {f['sustained'] * 1e3:8.1f} {f['sustained_min'] * 1e3:8.1f}"
+                   f"                    x{f['sustained'] / f['burst']:.3f}           {f['protocol'] * 1e3:.1f}")
     return out
 
 

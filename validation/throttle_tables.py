@@ -19,27 +19,16 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import statistics
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from probe_throttle_onset import pair_figures  # noqa: E402  (the probe's own reading of its rows)
 
 HERE = Path(__file__).parent
 CONFIGS = [HERE / f"configs{s}.csv" for s in ("", "_unseen", "_unseen2", "_unseen3", "_unseen4")]
 COLUMNS = ("name", "hidden", "heads", "layers", "seq_len", "micro_batch", "micro_batches", "recompute", "vocab",
            "iteration_s", "iteration_median_s", "iters", "max_memory_allocated_bytes", "gpu", "torch")
-
-
-def figures(rows: list[dict]) -> dict[str, dict[str, float]]:
-    """{config: {burst, sustained, protocol}} in seconds."""
-    out = {}
-    for name in dict.fromkeys(r["phase"].split(":", 1)[1] for r in rows if r["phase"].startswith("burst:")):
-        burst = [r["dt"] for r in rows if r["kind"] == "step" and r["phase"] == f"burst:{name}"]
-        sus = [r for r in rows if r["kind"] == "step" and r["phase"] == f"sustained:{name}"]
-        if not burst or len(sus) < 10:
-            continue
-        half = [r["dt"] for r in sus if r["t"] >= sus[-1]["t"] / 2]
-        out[name] = {"burst": statistics.median(burst), "sustained": statistics.median(half),
-                     "protocol": min(r["dt"] for r in sus[1:9])}
-    return out
 
 
 def main() -> None:
@@ -51,7 +40,7 @@ def main() -> None:
     rows = [json.loads(line) for line in open(args.onset)]
     meta = next(r for r in rows if r["kind"] == "meta")
     shapes = {r["name"]: r for path in CONFIGS for r in csv.DictReader(open(path))}
-    figs = figures(rows)
+    figs = pair_figures(rows, min_sustained=10)
     for figure in ("burst", "sustained", "protocol"):
         path = Path(args.out_dir) / f"measured_{figure}.csv"
         with open(path, "w", newline="") as fh:

@@ -10,7 +10,6 @@ and the mean absolute percentage error; writes nothing unless ``--out`` is given
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 from pathlib import Path
@@ -56,12 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def read_measured(path: str) -> list[dict[str, str]]:
-    try:
-        fh = open(path, newline="")
-    except OSError as e:
-        raise ConfigError("--measured", f"cannot read {path}: {e.strerror}") from None
-    with fh:
-        rows = list(csv.DictReader(fh))
+    from trainsim.scenarios.csv_tables import read_csv_table
+
+    _, rows = read_csv_table(path, "--measured")
     need = {"name", "iteration_s", "max_memory_allocated_bytes", *SHAPE_KEYS} - {"vocab"}
     if not rows:
         raise ConfigError("--measured", f"{path} holds no rows")
