@@ -153,7 +153,18 @@ def build_hf_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism) -
 
         mp_fwd: list[tuple[int, int]] = []
         mp_bwd: list[tuple[int, int]] = []
+        issue_mp: list[tuple[str, OpKind, int, int]] = []
         if mp > 1:
+            issue_mp += [("fwd", OpKind.HF_DENSE, bld, 1), ("fwd", OpKind.HF_MLP_DOWN, bld, 1),
+                         ("bwd", OpKind.HF_QKV, FP32_ENTRIES * bld, 1),
+                         ("bwd", OpKind.HF_MLP_UP, FP32_ENTRIES * bld, 1)]
+            if role.has_embedding:
+                issue_mp.append(("fwd", OpKind.HF_EMBEDDING, FP32_ENTRIES * bld, 1))
+            if role.has_head:
+                issue_mp += [("fwd", OpKind.HF_LOSS, FP32_ENTRIES * b * l, LOSS_PARALLEL_ALLREDUCES),
+                             ("bwd", OpKind.HF_LM_HEAD, FP32_ENTRIES * bld, 1)]
+            if full:
+                issue_mp.append(("rec", OpKind.HF_DENSE, bld, 1))
             mp_fwd.append((bld, 2 * n))  # the row-parallel outputs, bf16
             if role.has_embedding:
                 mp_fwd.append((FP32_ENTRIES * bld, 1))
@@ -199,6 +210,7 @@ def build_hf_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism) -
             grad_accum_count=m - 1 + extra_passes,
             mp_colls_fwd=tuple(mp_fwd), mp_colls_bwd=tuple(mp_bwd),
             issue_head=tuple(head), issue_layer=tuple(enc), issue_recompute=tuple(rec), issue_tail=tuple(tail),
+            issue_mp=tuple(issue_mp),
             grad_segments=tuple(segments),
             dp_buckets=None if fsdp else DPBuckets(DDP_FIRST_BUCKET_BYTES // 2, DDP_BUCKET_BYTES // 2, FP32_ENTRIES),
             fsdp=units,

@@ -151,6 +151,11 @@ class StagePlan:
     issue_layer: tuple[Op, ...] = ()
     issue_recompute: tuple[Op, ...] = ()
     issue_tail: tuple[Op, ...] = ()
+    # framework "hf" with mp > 1: the MP all-reduces where the GPU runs them in that order, for the
+    # same flow shop: (pass "fwd" | "bwd" | "rec", the operator kind they follow in it, entries,
+    # how many). Forward: after the row-parallel outputs, the embedding and the loss; backward: after
+    # the column-parallel inputs' gradients; "rec": after a recomputed row-parallel output.
+    issue_mp: tuple[tuple[str, OpKind, int, int], ...] = ()
 
     def distinct_ops(self) -> set[Op]:
         ops = {oc.op for oc in (*self.forward, *self.backward, *self.recompute)}

@@ -171,7 +171,7 @@ def _segment_ends(segments: Sequence[GradSegment], fwd: dict[Op, float], bwd: di
 #: time (:func:`issue_flow_shop`). The DTensor and FSDP2 runtimes are host-bound (a step's max is
 #: right; the shop on FSDP2 was tried: docs/multi_gpu.md) and the pipelining runtime's stages do
 #: not synchronise per micro-batch.
-FLOW_SHOP_RUNTIMES = frozenset({"eager"})
+FLOW_SHOP_RUNTIMES = frozenset({"eager", "dtensor_tp"})
 
 
 def stage_head_tail(plan: StagePlan, head_tail: dict[str, float] | None) -> dict[str, float]:
@@ -186,7 +186,8 @@ def stage_head_tail(plan: StagePlan, head_tail: dict[str, float] | None) -> dict
 
 def issue_flow_shop(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float],
                     host_per_layer_s: float, checkpoint_s: float = 0.0,
-                    head_tail: dict[str, float] | None = None) -> tuple[float, float, float] | None:
+                    head_tail: dict[str, float] | None = None,
+                    mp_after: dict[tuple[str, OpKind], float] | None = None) -> tuple[float, float, float] | None:
     """The GPU's idle time in one micro-batch's forward and backward, and its backlog when the host
     has issued the last backward operator, for a runtime that synchronises host and GPU at each
     micro-batch's start (Hugging Face's causal-mask construction; None: the plan has no issue order).
@@ -215,6 +216,10 @@ def issue_flow_shop(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float],
     causal mask, the rotary tables), not an average operator's share. Without it, the line is
     spread evenly over every operator issued. A recompute re-issues its operators at a layer
     operator's forward rate.
+
+    ``mp_after`` (DTensor tensor parallelism, ``plan.issue_mp`` priced): GPU seconds of the MP
+    all-reduces that follow an operator of that kind in that pass ("fwd", "bwd", "rec"). The
+    compute stream waits for them; the host does not, so it gains on the GPU meanwhile.
     """
     if not plan.issue_layer:
         return None
@@ -234,29 +239,31 @@ def issue_flow_shop(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float],
         + [(op, issue_f[2]) for op in tail]
     # (operator, its price table, host time to issue it): a checkpoint's own work precedes its
     # layer's recompute (restoring the RNG, detaching the inputs), which re-issues its forward
-    backward = [(op, bwd, issue_b[2]) for op in reversed(tail)]
+    after = mp_after or {}
+    backward = [(op, bwd, issue_b[2], "bwd") for op in reversed(tail)]
     for _ in range(n):
-        backward += [(op, fwd, issue_f[1] + (checkpoint_s if i == 0 else 0.0))
+        backward += [(op, fwd, issue_f[1] + (checkpoint_s if i == 0 else 0.0), "rec")
                      for i, op in enumerate(plan.issue_recompute)]
-        backward += [(op, bwd, issue_b[1]) for op in reversed(layer)]
-    backward += [(op, bwd, issue_b[0]) for op in reversed(head)]
+        backward += [(op, bwd, issue_b[1], "bwd") for op in reversed(layer)]
+    backward += [(op, bwd, issue_b[0], "bwd") for op in reversed(head)]
     host = gpu = idle_f = idle_b = 0.0
     for op, issue in forward:
         host += issue
         start = max(gpu, host)
         idle_f += start - gpu
-        gpu = start + fwd[op]
-    for op, table, issue in backward:
+        gpu = start + fwd[op] + after.get(("fwd", op.kind), 0.0)
+    for op, table, issue, pass_ in backward:
         host += issue
         start = max(gpu, host)
         idle_b += start - gpu
-        gpu = start + table[op]
+        gpu = start + table[op] + after.get((pass_, op.kind), 0.0)
     return idle_f, idle_b, max(0.0, gpu - host)
 
 
 def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: float, mp_fwd: float,
                  mp_bwd: float, update_s: float, notes: list[str],
-                 prices: tuple[dict[Op, float], dict[Op, float]] | None = None) -> dict[str, float]:
+                 prices: tuple[dict[Op, float], dict[Op, float]] | None = None,
+                 mp_after: dict[tuple[str, OpKind], float] | None = None) -> dict[str, float]:
     """A stage's host-time fields (StageCost) from the profile's table of its runtime, if any.
 
     The per-layer host time of a micro-batch is split between its forward and backward as their
@@ -309,7 +316,7 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
     # micro-batch's backward is issued; the GPU still has that micro-batch's backlog to run (what
     # its GPU work exceeds its host work by: the host synchronises with the GPU once per
     # micro-batch, so no more) and then the update. Only what outlasts both shows.
-    shop = (issue_flow_shop(plan, *prices, entry["per_layer_s"], checkpoint_s, head_tail)
+    shop = (issue_flow_shop(plan, *prices, entry["per_layer_s"], checkpoint_s, head_tail, mp_after)
             if prices is not None and plan.runtime in FLOW_SHOP_RUNTIMES and not serial else None)
     if shop is not None:
         extra_f, extra_b, backlog = shop
@@ -738,6 +745,14 @@ def build_costs(
             return _tp_overlapped(p, direction, count, rs_s, ag_s, fwd, bwd)
         return count * mp_s
 
+    def mp_after(p: StagePlan) -> dict[tuple[str, OpKind], float]:
+        """The plan's MP all-reduces priced where the flow shop runs them (``StagePlan.issue_mp``)."""
+        after: dict[tuple[str, OpKind], float] = {}
+        for pass_, kind, entries, count in p.issue_mp:
+            price = wanted[coll(CollKind.ALL_REDUCE, entries, mp_span)]
+            after[pass_, kind] = after.get((pass_, kind), 0.0) + count * price
+        return after
+
     im = getattr(model, "interference", None)  # the profile's measured interference, if any
     cap: _PowerCap | None = getattr(model, "power_cap", None) if power_cap else None
     slowest_of = getattr(cap, "slowest_of", None)
@@ -820,7 +835,8 @@ def build_costs(
             dp_bucket_ready=dp_ready[s],
             fsdp_fwd_s=fsdp_f, fsdp_bwd_s=fsdp_b,
             **_interference(model, p, bwd, [float(c.bytes) for c in dp_ar[s]]),
-            **_host_fields(model, p, fwd_s, bwd_s, mp_f, mp_b, upd[p.optimizer] + accum_s, notes, (fwd, bwd)),
+            **_host_fields(model, p, fwd_s, bwd_s, mp_f, mp_b, upd[p.optimizer] + accum_s, notes, (fwd, bwd),
+                           mp_after(p)),
             compute_bound_s=_compute_bound_s(p, fwd, bwd, tc), power_cap_factor=factor,
         )
 
