@@ -151,7 +151,8 @@ def row_runtime(row: dict[str, str]) -> tuple[str | None, float]:
 
 
 def fit_host_overhead(rows: Iterable[dict[str, str]],
-                      head_tail: dict[str, float] | None = None) -> dict[str, dict[str, Any]]:
+                      head_tail: dict[str, float] | None = None,
+                      typical: str | None = None) -> dict[str, dict[str, Any]]:
     """Per runtime: ``per_iteration_s``, ``per_layer_s``, ``overlap``, ``rows``, ``leases`` and the
     ``lease_factors`` of the machines it was measured on (see the module doc). ``head_tail`` (in
     layers, :data:`HEAD_TAIL_PARTS`) adds the micro-batch's head and tail to the layer-steps of the
@@ -164,10 +165,17 @@ def fit_host_overhead(rows: Iterable[dict[str, str]],
     on its machine's rows of every runtime; the factors are normalised to a geometric mean of 1,
     so the lines are the machine kind's typical host. A runtime measured on one machine only is
     still corrected by that machine's factor, which the other runtimes measured there fix.
+
+    ``typical``: a text in the ``device`` column (e.g. ``H200``). The lines are then that kind's
+    typical host: in each group of machines (:func:`_machine_groups`) that has machines of that
+    device, the factors are normalised to a geometric mean of 1 over those machines alone (the
+    other machines still shape the lines through their rows). A GPU kind's lent hosts are not the
+    other kind's: the H200 machines' tiny rows ran 8-20 % slower than the H100 line.
     """
     import numpy as np
 
     pts: list[tuple[str, float, float, str]] = []
+    kind_machines: set[str] = set()
     for r in rows:
         rt, steps = row_runtime(r)
         if rt is None:
@@ -175,6 +183,8 @@ def fit_host_overhead(rows: Iterable[dict[str, str]],
         if head_tail and rt in HEAD_TAIL_RUNTIMES:  # not pipelined: every micro-batch runs both ends
             steps += float(r["micro_batches"]) * sum(head_tail.values())
         pts.append((rt, steps, float(r["min_s"]), r.get("lease") or "?"))
+        if typical is not None and typical in r.get("device", ""):
+            kind_machines.add(r.get("lease") or "?")
     runtimes = sorted({p[0] for p in pts})
     names = sorted({p[3] for p in pts})
     x = np.array([p[1] for p in pts])
@@ -200,6 +210,13 @@ def fit_host_overhead(rows: Iterable[dict[str, str]],
                       for j in range(len(names))])
         for group in groups:  # each set of machines tied by shared runtimes: its factors' mean is 1
             f[group] /= np.exp(np.log(f[group]).mean())
+    if typical is not None:
+        if not kind_machines:
+            raise ConfigError("--typical", f"no row's device contains {typical!r}")
+        for group in groups:  # the kind's machines' mean is 1 (the lines scale by the inverse)
+            mine = [j for j in group if names[j] in kind_machines]
+            if mine:
+                f[group] /= np.exp(np.log(f[mine]).mean())
     out: dict[str, dict[str, Any]] = {}
     for k, rt in enumerate(runtimes):
         sel = rt_idx == k
@@ -301,11 +318,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--head-tail", metavar="JSONL", help="validation/probe_head_host.py output: the micro-batch's "
                     "host work outside its layers, for the eager runtime")
+    ap.add_argument("--typical", metavar="DEVICE", help="normalise to the machines whose device column contains "
+                    "this (e.g. H200): the lines of that GPU kind's typical host")
     args = ap.parse_args(argv)
     try:
         rows = read_rows(args.csv)
         head_tail = read_head_tail(args.head_tail) if args.head_tail else None
-        table = fit_host_overhead(rows, head_tail)
+        table = fit_host_overhead(rows, head_tail, args.typical)
     except ConfigError as e:
         print(f"host_overhead: error: {e}", file=sys.stderr)
         return 2
@@ -317,6 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
            "runtimes": table}
     if args.head_tail:
         doc["head_tail_source"] = Path(args.head_tail).as_posix()
+    if args.typical:
+        doc["typical"] = args.typical
     Path(args.out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     for rt, v in table.items():
         spread = ", ".join(f"{k} x{f:.2f}" for k, f in v["lease_factors"].items())

@@ -231,6 +231,22 @@ def test_machines_of_one_kind_are_a_speed_factor_each_and_weigh_the_same():
     assert alone["per_layer_s"] == pytest.approx(0.8 * 0.003, rel=1e-6)
 
 
+def test_the_lines_can_be_one_gpu_kinds_typical_host():
+    # the same rows with B's device an H200: normalised over the H200 machines alone, B is x1 and the
+    # line is B's own (1.25x the geometric mean's); a device no row has is refused
+    def line(L: int, m: int) -> float:
+        return 0.020 + 0.003 * L * m
+
+    rows = [{**_row("tp2", L, m, 0.8 * line(L, m)), "lease": "A"} for L, m in ((4, 4), (8, 4), (4, 8), (8, 8))]
+    rows += [{**_row("tp4", 8, 4, 1.25 * line(8, 4)), "lease": "B", "device": "NVIDIA H200"}] * 3
+    t = fit_host_overhead(rows, typical="H200")["dtensor_tp"]
+    assert t["lease_factors"] == pytest.approx({"A": 0.8 / 1.25, "B": 1.0}, rel=1e-6)
+    assert t["per_layer_s"] == pytest.approx(1.25 * 0.003, rel=1e-6)
+    assert t["per_iteration_s"] == pytest.approx(1.25 * 0.020, rel=1e-6)
+    with pytest.raises(ConfigError, match="--typical"):
+        fit_host_overhead(rows, typical="B200")
+
+
 def test_a_host_bound_step_notes_how_much_the_machines_differ():
     prof = _Profile("overlapped")
     prof.host_overhead["dtensor_tp"]["lease_factors"] = {"A": 0.87, "B": 1.18}
