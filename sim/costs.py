@@ -348,7 +348,8 @@ def _fsdp_copies(plan: StagePlan, full_pass_s: float) -> tuple[float, float]:
 
     FSDP2 all-gathers into one flat buffer and copies the result out into the unsharded
     parameters (``foreach_all_gather_copy_out``, on the compute stream), and copies the unsharded
-    gradients into the reduce-scatter's input (``chunk_cat``, on the reduce-scatter stream): each
+    gradients into the reduce-scatter's input (``chunk_cat``, also on the compute stream since torch
+    2.6, before the reduce-scatter stream waits for it; earlier versions ran it on that stream): each
     reads and writes the unit's fp32 values, 8 bytes per parameter. They are priced at the rate of
     the profile's measured accumulation pass over the same parameters (12 bytes per parameter:
     read two gradients, write one). Checked against the kernel trace of fsdp2 d2560-L8 on an H100:
@@ -771,17 +772,19 @@ def build_costs(
         if s in fsdp_colls:
             ag, rs, ag_root, rs_root = (wanted[c] for c in fsdp_colls[s])
             copy_layer, copy_root = _fsdp_copies(p, upd[fsdp_pass[s]]) if s in fsdp_pass else (0.0, 0.0)
-            # the reduce-scatter's copy-in runs on its stream before it; the copy-outs on the compute stream
+            # every copy runs on the compute stream: the gathers' copy-outs, and the reduce-scatter's
+            # copy-in (torch >= 2.6 ``foreach_reduce``: ``foreach_reduce_scatter_copy_in`` on the
+            # current stream, then ``reduce_scatter_stream.wait_stream``; the lent hosts run 2.11)
             slow = (1.0, 1.0, 1.0)
             if im is not None:  # the gathers and reduce-scatters that overlap compute slow it, and it them
                 size = float(fsdp_colls[s][0].bytes)
                 slow = (_compute_factor(im, p.forward, fwd, size) or 1.0,
                         _compute_factor(im, p.backward, bwd, size) or 1.0, im.collective_factor(None, size))
-            fsdp_f, fsdp_b = _fsdp_exposed(p, ag, rs + copy_layer, ag_root, rs_root + copy_root, fwd, bwd, slow)
-            alone_f, alone_b = _fsdp_exposed(p, ag, rs + copy_layer, ag_root, rs_root + copy_root, fwd, bwd)
+            fsdp_f, fsdp_b = _fsdp_exposed(p, ag, rs, ag_root, rs_root, fwd, bwd, slow)
+            alone_f, alone_b = _fsdp_exposed(p, ag, rs, ag_root, rs_root, fwd, bwd)
             in_steps += (fsdp_f - alone_f) + (fsdp_b - alone_b)
-            fsdp_f += p.encoders * copy_layer + copy_root
-            fsdp_b += p.encoders * copy_layer
+            fsdp_f += p.encoders * copy_layer + copy_root  # the forward gathers' copy-outs
+            fsdp_b += 2 * p.encoders * copy_layer + copy_root  # the backward's: gathers' copy-outs, copy-ins
         f_flops, b_flops = p.flops()
         cp_f = cp_b = cp_ring = cp_one = 0.0
         if s in cp_send:

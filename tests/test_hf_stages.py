@@ -235,6 +235,30 @@ def test_fsdp_copies_move_eight_bytes_per_parameter_at_the_accumulation_rate():
     assert (L * layer + root) == pytest.approx(0.012 * 8 / 12, rel=0.02)
 
 
+def test_fsdp_copies_run_on_the_compute_stream(monkeypatch):
+    # torch >= 2.6: FSDP2's reduce-scatter copy-in (chunk_cat) runs on the current stream before the
+    # reduce-scatter stream waits for it, like the gathers' copy-outs. Copies of c per layer and r for
+    # the root add exactly L c + r to the forward (copy-outs) and 2 L c + r to the backward (the
+    # re-gathers' copy-outs and the copy-ins), and nothing to what the collectives expose.
+    from trainsim.calibration.roofline import RooflineProfile
+    from trainsim.sim import costs as sim_costs
+    from trainsim.topology import get_cluster
+    from trainsim.topology.cluster import cluster_from_mapping
+
+    tr, par = _tr(zero_stage=3), Parallelism(dp=2)
+    plans = build_stage_plans(MODEL, tr, par)
+    cluster = cluster_from_mapping({"preset": "hgx-h100", "gpus_per_node": 2})
+    prof = RooflineProfile("r", get_cluster("hgx-h100").gpu.peak_flops, 3e12)
+
+    def stage(c: float, r: float):
+        monkeypatch.setattr(sim_costs, "_fsdp_copies", lambda plan, full_pass_s: (c, r))
+        return sim_costs.build_costs(plans, tr, par, cluster, prof).stages[0]
+
+    none, some = stage(0.0, 0.0), stage(1e-3, 3e-3)
+    assert some.fsdp_fwd_s - none.fsdp_fwd_s == pytest.approx(L * 1e-3 + 3e-3)
+    assert some.fsdp_bwd_s - none.fsdp_bwd_s == pytest.approx(2 * L * 1e-3 + 3e-3)
+
+
 def test_fsdp_memory_is_a_shard_plus_the_live_units():
     tr = _tr(b=4, m=4, zero_stage=3)
     ddp_tr = _tr(b=4, m=4)
