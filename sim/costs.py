@@ -168,12 +168,12 @@ def _segment_ends(segments: Sequence[GradSegment], fwd: dict[Op, float], bwd: di
 
 #: Runtimes whose host waits for the GPU at each micro-batch's start (Hugging Face's causal-mask
 #: construction) and then issues it operator by operator: their host excess is a flow shop's idle
-#: time (:func:`issue_flow_shop`). DTensor TP's too, with its all-reduces on the GPU in issue order
-#: (at GPU-bound shapes its forward issues about as fast as the GPU runs it: docs/multi_gpu.md,
-#: "GPU-bound shapes"). FSDP2's hooks issue unevenly (the shop on it was tried and left out), the
-#: 2D runtime was not measured at GPU-bound shapes before this, and the pipelining runtime's stages
-#: do not synchronise per micro-batch.
-FLOW_SHOP_RUNTIMES = frozenset({"eager", "dtensor_tp"})
+#: time (:func:`issue_flow_shop`). DTensor TP's too, alone or inside FSDP2 (torchtitan's 2D), with
+#: its all-reduces on the GPU in issue order (at GPU-bound shapes its forward issues about as fast
+#: as the GPU runs it: docs/multi_gpu.md, "GPU-bound shapes"). FSDP2's own host work gathers in its
+#: hooks at the layer boundaries (the shop on it was tried twice and left out), and the pipelining
+#: runtime's stages do not synchronise per micro-batch.
+FLOW_SHOP_RUNTIMES = frozenset({"eager", "dtensor_tp", "fsdp2_tp"})
 
 
 def stage_head_tail(plan: StagePlan, head_tail: dict[str, float] | None) -> dict[str, float]:

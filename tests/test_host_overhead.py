@@ -589,3 +589,27 @@ def test_the_flow_shop_runs_the_tp_allreduces_on_the_gpu_while_the_host_issues_o
     s_f, s_b, s_backlog = issue_flow_shop(plan, slow, slow, 0.003)
     t_f, t_b, t_backlog = issue_flow_shop(plan, slow, slow, 0.003, mp_after=after)
     assert (t_f, t_b) == pytest.approx((s_f, s_b)) and t_backlog == pytest.approx(s_backlog + 4 * plan.encoders * h / 2)
+
+
+@pytest.mark.parametrize(("dp", "zero_stage", "runtime"), [(1, 0, "dtensor_tp"), (2, 3, "fsdp2_tp")])
+def test_tensor_parallel_steps_pay_the_flow_shops_idle(dp, zero_stage, runtime):
+    # DTensor TP, alone or inside FSDP2, synchronises at each micro-batch's start: its host excess
+    # is the flow shop's idle with the all-reduces placed in issue order, not a per-step max
+    from trainsim.operators import OpKind
+    from trainsim.sim.costs import issue_flow_shop
+    model = ModelSpec("neox", hidden=256, heads=4, layers=3, seq_len=128, vocab=50432, attention="flash")
+    tr = TrainingSpec(micro_batch=1, micro_batches=2, recompute="none", framework="hf", zero_stage=zero_stage)
+    (plan,) = build_stage_plans(model, tr, Parallelism(mp=2, dp=dp))
+    assert plan.runtime == runtime and plan.issue_mp
+    prof = _Profile("overlapped")
+    prof.host_overhead = {runtime: {"per_layer_s": 0.003, "per_iteration_s": 0.0, "overlap": "overlapped"}}
+    ops = sorted({*plan.issue_head, *plan.issue_layer, *plan.issue_tail}, key=repr)
+    n = len(plan.issue_head) + len(plan.issue_layer) * plan.encoders + len(plan.issue_tail)
+    h = 0.003 * plan.encoders / (2 * n)
+    prices = {op: (4 * h if i % 2 else h / 4) for i, op in enumerate(ops)}
+    after = {("fwd", OpKind.HF_DENSE): h, ("bwd", OpKind.HF_QKV): h}
+    fwd_s = sum(prices[op] for op in [*plan.issue_head, *plan.issue_layer * plan.encoders, *plan.issue_tail])
+    got = _host_fields(prof, plan, fwd_s, fwd_s, 0.0, 0.0, 0.001, [], (prices, prices), after)
+    idle_f, idle_b, _ = issue_flow_shop(plan, prices, prices, 0.003, mp_after=after)
+    assert got["host_fwd_extra_s"] == pytest.approx(idle_f) and got["host_bwd_extra_s"] == pytest.approx(idle_b)
+    assert idle_f + idle_b > 0
