@@ -174,6 +174,10 @@ def _segment_ends(segments: Sequence[GradSegment], fwd: dict[Op, float], bwd: di
 #: hooks at the layer boundaries (the shop on it was tried twice and left out), and the pipelining
 #: runtime's stages do not synchronise per micro-batch.
 FLOW_SHOP_RUNTIMES = frozenset({"eager", "dtensor_tp", "fsdp2_tp"})
+#: Runtimes whose GPU-bound steps were measured slower than predicted on almost every row
+#: (docs/multi_gpu.md, "GPU-bound shapes": DTensor TP and FSDP2, alone and together, by a mean
+#: 3-16 % per layout on 2 and 4 H200s): a prediction whose steps the GPU paces says so in a note
+UNDER_PREDICTED_RUNTIMES = frozenset({"dtensor_tp", "fsdp2", "fsdp2_tp"})
 
 
 def stage_head_tail(plan: StagePlan, head_tail: dict[str, float] | None) -> dict[str, float]:
@@ -313,6 +317,10 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
                      "(calibration/host_overhead.py), and a host-bound step varies as much; within one run "
                      "its iterations wander 6-24 % above the fastest, which the host lines describe "
                      "(docs/multi_gpu.md)")
+    elif plan.runtime in UNDER_PREDICTED_RUNTIMES:
+        notes.append(f"the {plan.runtime} runtime ran slower than predicted on almost every run measured where the "
+                     "GPU sets the pace (2 and 4 H200s; by how much per layout: docs/multi_gpu.md, "
+                     "\"GPU-bound shapes\")")
 
     # The per-iteration host work (optimizer issue, zero_grad, the losses) starts once the last
     # micro-batch's backward is issued; the GPU still has that micro-batch's backlog to run (what

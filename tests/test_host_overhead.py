@@ -254,8 +254,11 @@ def test_a_host_bound_step_notes_how_much_the_machines_differ():
     _host_fields(prof, _plan(2), 0.002, 0.004, 0.001, 0.0, 0.004, notes)
     assert len(notes) == 1 and "x0.87 to x1.18" in notes[0] and "2 machines" in notes[0]
     assert "6-24 % above the fastest" in notes[0]  # and how much it wanders within a run
-    quiet: list[str] = []  # GPU-bound: the host's speed does not matter, no note
-    _host_fields(prof, _plan(2), 0.020, 0.040, 0.0, 0.0, 0.004, quiet)
+    gpu_bound: list[str] = []  # GPU-bound: the host's speed does not matter; what was measured there does
+    _host_fields(prof, _plan(2), 0.020, 0.040, 0.0, 0.0, 0.004, gpu_bound)
+    assert len(gpu_bound) == 1 and "slower than predicted" in gpu_bound[0] and "GPU-bound shapes" in gpu_bound[0]
+    quiet: list[str] = []  # the eager runtime, GPU-bound: no note
+    _host_fields(prof, _plan(1), 0.020, 0.040, 0.0, 0.0, 0.004, quiet)
     assert quiet == []
 
 
