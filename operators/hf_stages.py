@@ -58,6 +58,20 @@ FP32_ENTRIES = 2  # an fp32 value is two of the 2-byte entries collectives are c
 LOSS_PARALLEL_ALLREDUCES = 3  # max, sum of exponentials, target logit
 
 
+#: the kinds after which a layer's MP all-reduces run (once per layer; the others once per stage)
+_LAYER_MP_KINDS = frozenset({OpKind.HF_DENSE, OpKind.HF_MLP_DOWN, OpKind.HF_QKV, OpKind.HF_MLP_UP})
+
+
+def _per_micro_batch(issue_mp: list[tuple[str, OpKind, int, int]], layers: int,
+                     passes: tuple[str, ...]) -> list[tuple[int, int]]:
+    """(entries, count) of the MP all-reduces of ``passes`` per micro-batch, from the issue order."""
+    out: dict[int, int] = {}
+    for pass_, kind, entries, count in issue_mp:
+        if pass_ in passes:
+            out[entries] = out.get(entries, 0) + count * (layers if kind in _LAYER_MP_KINDS else 1)
+    return list(out.items())
+
+
 def hf_stage_layers(layers: int, pp: int) -> tuple[int, ...]:
     """Layers per pipeline stage: equal, the remainder one each on the last stages."""
     if pp > layers:
@@ -151,11 +165,10 @@ def build_hf_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism) -
         forward = merge(counted(head, 1), counted(enc, n), counted(tail, 1))
         recompute = merge(counted(rec, n)) if full else ()
 
-        mp_fwd: list[tuple[int, int]] = []
-        mp_bwd: list[tuple[int, int]] = []
+        # the MP all-reduces where the GPU runs them (the flow shop's order); per micro-batch below
         issue_mp: list[tuple[str, OpKind, int, int]] = []
         if mp > 1:
-            issue_mp += [("fwd", OpKind.HF_DENSE, bld, 1), ("fwd", OpKind.HF_MLP_DOWN, bld, 1),
+            issue_mp += [("fwd", OpKind.HF_DENSE, bld, 1), ("fwd", OpKind.HF_MLP_DOWN, bld, 1),  # bf16 outputs
                          ("bwd", OpKind.HF_QKV, FP32_ENTRIES * bld, 1),
                          ("bwd", OpKind.HF_MLP_UP, FP32_ENTRIES * bld, 1)]
             if role.has_embedding:
@@ -163,16 +176,10 @@ def build_hf_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism) -
             if role.has_head:
                 issue_mp += [("fwd", OpKind.HF_LOSS, FP32_ENTRIES * b * l, LOSS_PARALLEL_ALLREDUCES),
                              ("bwd", OpKind.HF_LM_HEAD, FP32_ENTRIES * bld, 1)]
-            if full:
-                issue_mp.append(("rec", OpKind.HF_DENSE, bld, 1))
-            mp_fwd.append((bld, 2 * n))  # the row-parallel outputs, bf16
-            if role.has_embedding:
-                mp_fwd.append((FP32_ENTRIES * bld, 1))
-            if role.has_head:
-                mp_fwd.append((FP32_ENTRIES * b * l, LOSS_PARALLEL_ALLREDUCES))
-            mp_bwd.append((FP32_ENTRIES * bld, 2 * n + (1 if role.has_head else 0)))
             if full:  # the recompute re-runs the attention's row-parallel output, not MLP-down's
-                mp_bwd.append((bld, n))
+                issue_mp.append(("rec", OpKind.HF_DENSE, bld, 1))
+        mp_fwd = _per_micro_batch(issue_mp, n, ("fwd",))
+        mp_bwd = _per_micro_batch(issue_mp, n, ("bwd", "rec"))
 
         vocab_mats = int(role.has_embedding) + int(role.has_head)
         params = n * layer_params + vocab_mats * vocab_params + (2 * d if role.has_head else 0)

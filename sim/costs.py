@@ -756,13 +756,15 @@ def build_costs(
             return _tp_overlapped(p, direction, count, rs_s, ag_s, fwd, bwd)
         return count * mp_s
 
-    def mp_after(p: StagePlan) -> dict[tuple[str, OpKind], float]:
-        """The plan's MP all-reduces priced where the flow shop runs them (``StagePlan.issue_mp``)."""
+    # each plan's MP all-reduces priced where the flow shop runs them (``StagePlan.issue_mp``); they do
+    # not change between the power cap's compositions, so once
+    mp_after: list[dict[tuple[str, OpKind], float]] = []
+    for p in plans:
         after: dict[tuple[str, OpKind], float] = {}
         for pass_, kind, entries, count in p.issue_mp:
             price = wanted[coll(CollKind.ALL_REDUCE, entries, mp_span)]
             after[pass_, kind] = after.get((pass_, kind), 0.0) + count * price
-        return after
+        mp_after.append(after)
 
     im = getattr(model, "interference", None)  # the profile's measured interference, if any
     cap: _PowerCap | None = getattr(model, "power_cap", None) if power_cap else None
@@ -849,7 +851,7 @@ def build_costs(
             fsdp_fwd_s=fsdp_f, fsdp_bwd_s=fsdp_b,
             **_interference(model, p, bwd, [float(c.bytes) for c in dp_ar[s]]),
             **_host_fields(model, p, fwd_s, bwd_s, mp_f, mp_b, upd[p.optimizer] + accum_s, notes, (fwd, bwd),
-                           mp_after(p)),
+                           mp_after[s]),
             compute_bound_s=_compute_bound_s(p, fwd, bwd, tc), power_cap_factor=factor,
         )
 
