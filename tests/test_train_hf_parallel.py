@@ -224,3 +224,17 @@ def test_kernel_categories_and_busy_time():
     assert s["span_s"] == pytest.approx(45e-6) and s["idle_in_span_s"] == pytest.approx(25e-6)
     assert s["top_gaps"] == [[pytest.approx(15e-6), pytest.approx(25e-6), "ncclDevKernel_AllReduce_Sum",
                               "elementwise", pytest.approx(21e-6), ["cudaStreamSynchronize"]]]
+
+
+def test_kernel_timeline_pairs_each_kernel_with_its_launch():
+    events = [{"ph": "X", "cat": "kernel", "name": "late", "ts": 30.0, "dur": 4.0, "args": {"correlation": 2}},
+              {"ph": "X", "cat": "kernel", "name": "early", "ts": 10.0, "dur": 5.0, "args": {"correlation": 1}},
+              {"ph": "X", "cat": "kernel", "name": "orphan", "ts": 50.0, "dur": 1.0},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 2.0, "dur": 3.0,
+               "args": {"correlation": 1}},
+              {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernelEx", "ts": 20.0, "dur": 3.0,
+               "args": {"correlation": 2}},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0.0, "dur": 100.0, "args": {"correlation": 1}}]
+    t = thp.kernel_timeline({"traceEvents": events, "baseTimeNanoseconds": 123})
+    assert t == {"base_ns": 123, "kernels": [[2.0, 10.0, 5.0, "early"], [20.0, 30.0, 4.0, "late"],
+                                             [None, 50.0, 1.0, "orphan"]]}

@@ -632,7 +632,13 @@ def _measure(env: Env, trainer: Trainer, layout: Layout, shape: Shape, args) -> 
                 _dump(env, trainer, layout, shape, res, args.dump)
         if it >= args.warmup:
             times.append(dt)
-    kernels = _profile(env, trainer, args.kernels_all_ranks) if args.kernels or args.kernels_all_ranks else None
+    kernels = None
+    if args.kernels or args.kernels_all_ranks or args.timeline:
+        tl = None
+        if args.timeline:  # every rank's kernels with their launch times, for the ranks' skew
+            tl = (f"{args.out}.timeline.rank{env.rank}.jsonl", {"layout": layout.name, "name": shape.name,
+                                                                 "rank": env.rank})
+        kernels = _profile(env, trainer, args.kernels_all_ranks or args.timeline, tl)
     # the first iteration's mean micro-batch loss over its owners (the same model and data in every layout)
     lt = torch.tensor([first[0], first[1]] if first else [0.0, 0.0], dtype=torch.float64, device=env.device)
     dist.all_reduce(lt)
@@ -778,8 +784,10 @@ def _union(spans: list[tuple[float, float]]) -> float:
     return total
 
 
-def _profile(env: Env, trainer: Trainer, every_rank: bool = False) -> dict | None:
-    """One more iteration, profiled on rank 0 (the others run it plainly), or on every rank."""
+def _profile(env: Env, trainer: Trainer, every_rank: bool = False,
+             timeline: tuple[str, dict] | None = None) -> dict | None:
+    """One more iteration, profiled on rank 0 (the others run it plainly), or on every rank.
+    ``timeline``: (path, key) to append this rank's :func:`kernel_timeline` to, as one JSON line."""
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if env.cuda else [])
@@ -787,16 +795,44 @@ def _profile(env: Env, trainer: Trainer, every_rank: bool = False) -> dict | Non
     ctx = profile(activities=acts) if mine else contextlib.nullcontext()
     with ctx as prof:
         wall, _ = env.timed_step(trainer)
-    return summarize_profile(prof, wall) if mine else None
+    if not mine:
+        return None
+    trace = chrome_trace(prof)
+    if timeline is not None:
+        with open(timeline[0], "a") as fh:
+            fh.write(json.dumps({**timeline[1], "wall_s": wall, **kernel_timeline(trace)}) + "\n")
+    return summarize_trace(trace.get("traceEvents", []), wall)
+
+
+def chrome_trace(prof) -> dict:
+    """A finished ``torch.profiler`` run's Chrome trace, as a dict."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        return json.loads(path.read_text())
 
 
 def summarize_profile(prof, wall_s: float) -> dict:
     """:func:`summarize_trace` of a finished ``torch.profiler`` run (through its Chrome trace)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        events = json.loads(path.read_text()).get("traceEvents", [])
-    return summarize_trace(events, wall_s)
+    return summarize_trace(chrome_trace(prof).get("traceEvents", []), wall_s)
+
+
+TIMELINE_NAME_CHARS = 72
+
+
+def kernel_timeline(trace: dict) -> dict:
+    """Every kernel of a Chrome trace in start order as ``[launch_us, start_us, dur_us, name]``:
+    ``launch_us`` is the start of the CUDA runtime or driver call that launched it (``None`` when the trace
+    has no such call), times in microseconds from ``base_ns`` (the trace's ``baseTimeNanoseconds``,
+    the same clock in every process of one host, so ranks can be laid side by side)."""
+    events = trace.get("traceEvents", [])
+    launched = {(e.get("args") or {}).get("correlation"): float(e["ts"])
+                for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("ph") == "X"}
+    rows = [[launched.get((e.get("args") or {}).get("correlation")), float(e["ts"]),
+             float(e.get("dur", 0.0)), str(e.get("name", ""))[:TIMELINE_NAME_CHARS]]
+            for e in events if e.get("cat") == "kernel" and e.get("ph") == "X"]
+    rows.sort(key=lambda r: r[1])
+    return {"base_ns": trace.get("baseTimeNanoseconds"), "kernels": rows}
 
 
 # ----------------------------------------------------------------------------- output
@@ -890,6 +926,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernels", action="store_true", help="profile one more iteration: <out>.kernels.jsonl")
     p.add_argument("--kernels-all-ranks", action="store_true",
                    help="profile it on every rank: rank 0 as --kernels, rank r into <out>.kernels.rank<r>.jsonl")
+    p.add_argument("--timeline", action="store_true",
+                   help="profile one more iteration on every rank and append each rank's kernels with their "
+                        "launch times to <out>.timeline.rank<r>.jsonl")
     p.add_argument("--dtype", choices=("auto", "bf16", "fp32"), default="auto",
                    help="bf16: autocast (auto on GPUs); fp32: no autocast (auto on the CPU)")
     p.add_argument("--vocab", type=int, default=VOCAB)

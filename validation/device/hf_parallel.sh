@@ -12,6 +12,8 @@
 #   BUDGET_S=420      start no new pair after this many seconds (the device command limit is 600 s)
 #   KERNELS=1         also profile one iteration per pair (<csv>.kernels.jsonl); KERNELS=all on every
 #                     rank (rank r > 0 into <csv>.kernels.rank<r>.jsonl: each pipeline stage's kernels)
+#   TIMELINE=1        profile one iteration per pair on every rank and keep every kernel with its launch time
+#                     (<csv>.timeline.rank<r>.jsonl, returned together as $OUT/timeline.tgz)
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=. PYTHONUNBUFFERED=1
 NPROC=${NPROC:-2}
@@ -25,6 +27,7 @@ SCHEDULES=${SCHEDULES:-1f1b}
 SHAPES=${SHAPES:-validation/hf_parallel_shapes.csv}
 OUT=${OUT:-out}; WORK=${WORK:-/tmp/hf_parallel}; CSV="$WORK/measured.csv"
 KFLAG=""; [ "${KERNELS:-0}" = 1 ] && KFLAG="--kernels"; [ "${KERNELS:-0}" = all ] && KFLAG="--kernels-all-ranks"
+[ "${TIMELINE:-0}" = 1 ] && KFLAG="$KFLAG --timeline"
 mkdir -p "$OUT" "$WORK"
 start=$(date +%s); budget=${BUDGET_S:-420}
 
@@ -63,6 +66,7 @@ done
 cp "$CSV" "$OUT/measured_hf_parallel.csv" 2>/dev/null
 [ -f "$CSV.kernels.jsonl" ] && cp "$CSV.kernels.jsonl" "$OUT/measured_hf_parallel.csv.kernels.jsonl"
 for f in "$CSV".kernels.rank*.jsonl; do [ -f "$f" ] && cp "$f" "$OUT/measured_hf_parallel.csv.${f##*.csv.}"; done
+ls "$CSV".timeline.rank*.jsonl > /dev/null 2>&1 && tar -czf "$OUT/timeline.tgz" -C "$WORK" $(cd "$WORK" && ls measured.csv.timeline.rank*.jsonl)
 echo "elapsed $(( $(date +%s) - start )) s"
 python3 - "$CSV" <<'EOF'
 import csv, sys
