@@ -81,10 +81,10 @@ def probe_unit(torch, shapes: list[tuple[int, ...]], world: int, warmup: int, re
     flat_in = out_ag[0]
     dsts = list(torch.split(flat_in, shard))
     unsharded = [torch.empty(world, n, device=dev) for n in shard]  # the [world, shard] views of the parameters
-    grads = [torch.randn(world * n, device=dev) for n in shard]
+    grads = [torch.randn(s, device=dev) for s in shapes]  # the unsharded gradients, unpadded, as autograd leaves them
     rs_in = torch.empty(world, total, device=dev)
-    acc = [torch.zeros(world * n, device=dev) for n in shard]
-    full = world * total * FP32_BYTES
+    acc = [torch.zeros(s, device=dev) for s in shapes]
+    full = world * total * FP32_BYTES  # the padded unsharded bytes (the gradients' own are up to world - 1 rows fewer)
     ops = {
         "copy_in": (2 * total * FP32_BYTES, lambda: torch._foreach_copy_(dsts, shards)),
         "copy_out": (2 * full, lambda: torch.split_with_sizes_copy(out_ag, shard, dim=1, out=unsharded)),
