@@ -198,6 +198,8 @@ class FittedProfile:
         self.host_overhead: dict[str, dict] | None = None
         # compute-communication interference (calibration.interference.InterferenceModel); None: not measured
         self.interference: Any = None
+        # FSDP2's copy kernels (calibration.fsdp_copies.FSDPCopyRates); None: priced from the accumulation
+        self.fsdp_copies: Any = None
         # the sustained-load power cap of the GPU measured (calibration.power_cap.PowerCapModel); None: not measured
         self.power_cap: Any = None
         # profile.model: "duration" regressors predict microseconds; "efficiency" ones the slowdown over
@@ -237,6 +239,7 @@ class FittedProfile:
         other.regressors = _OpsOnly(self.regressors)
         other.host_overhead = None
         other.interference = None
+        other.fsdp_copies = None
         cap, source = self.power_cap, self.roofline
         if cap is not None:  # the measured GPU's throttle at the same tensor-core share: an assumption, stated
             fp8 = target.peak_fp8 / source.peak_fp8 if target.peak_fp8 > 0 and source.peak_fp8 > 0 else 0.0
@@ -942,6 +945,11 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
             from trainsim.calibration.interference import load_interference
 
             prof.interference = load_interference(interference_file)
+        from trainsim.calibration.fsdp_copies import FSDP_COPIES_FILE, load_fsdp_copies
+
+        copies_file = _own_or_borrowed(path, FSDP_COPIES_FILE, meta, "fsdp_copies_from")
+        if copies_file is not None:  # FSDP2's copy kernels on that GPU
+            prof.fsdp_copies = load_fsdp_copies(copies_file)
         from trainsim.calibration.power_cap import POWER_FILE, load_power_cap
 
         if (path / POWER_FILE).is_file():  # how the GPU's power cap slows its kernels under sustained load

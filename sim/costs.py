@@ -353,26 +353,44 @@ def _fsdp_full_pass(plan: StagePlan) -> Op:
     return dataclasses.replace(plan.grad_accum, mp=plan.grad_accum.mp // plan.fsdp.ranks)
 
 
-def _fsdp_copies(plan: StagePlan, full_pass_s: float) -> tuple[float, float]:
-    """Seconds of FSDP2's copies of one layer unit and of the root per gather or reduce-scatter.
+def _fsdp_copies(plan: StagePlan, full_pass_s: float, model: DurationModel,
+                 notes: list[str]) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Seconds of FSDP2's copies per gather or reduce-scatter: ((copy-out, copy-in) of one layer
+    unit, (copy-out, copy-in) of the root unit).
 
     FSDP2 all-gathers into one flat buffer and copies the result out into the unsharded
-    parameters (``foreach_all_gather_copy_out``, on the compute stream), and copies the unsharded
-    gradients into the reduce-scatter's input (``chunk_cat``, also on the compute stream since torch
-    2.6, before the reduce-scatter stream waits for it; earlier versions ran it on that stream): each
-    reads and writes the unit's fp32 values, 8 bytes per parameter. They are priced at the rate of
-    the profile's measured accumulation pass over the same parameters (12 bytes per parameter:
-    read two gradients, write one). Checked against the kernel trace of fsdp2 d2560-L8 on an H100:
-    FSDP2 adds 37 ms of non-NCCL kernels per iteration over one GPU's (these copies, 27 ms, and
-    the compute slowed by the concurrent collectives).
+    parameters (``foreach_all_gather_copy_out``: ``split_with_sizes_copy``, on the compute stream),
+    and copies the unsharded gradients into the reduce-scatter's input (``_chunk_cat``, also on the
+    compute stream since torch 2.6, before the reduce-scatter stream waits for it; earlier versions
+    ran it on that stream): each reads and writes the unit's fp32 values, 8 bytes per parameter.
+    Priced from the profile's measured copy kernels (``fsdp_copies.json``,
+    :mod:`trainsim.calibration.fsdp_copies`); a profile without them prices both at the rate of its
+    measured accumulation pass over the same parameters (12 bytes per parameter: read two
+    gradients, write one), which runs 7-25 % faster per byte than the copies (H100 and H200, hidden
+    1024-8192). (The all-gather's copy-in, ``_foreach_copy_`` of the shards, runs on a stream of its
+    own beside the compute and is not charged.)
     """
     assert plan.grad_accum is not None and plan.fsdp is not None
-    full = _fsdp_full_pass(plan)
-    per_byte = full_pass_s / (12 * hf_params(full))
     u = plan.fsdp
     fp32_entries = 2  # the shards are counted in 2-byte entries
-    return (8 * u.layer_shard * u.ranks / fp32_entries * per_byte,
-            8 * u.root_shard * u.ranks / fp32_entries * per_byte)
+    layer_bytes = 8 * u.layer_shard * u.ranks / fp32_entries
+    root_bytes = 8 * u.root_shard * u.ranks / fp32_entries
+    rates = getattr(model, "fsdp_copies", None)
+    if rates is None:
+        per_byte = full_pass_s / (12 * hf_params(_fsdp_full_pass(plan)))
+        return (layer_bytes * per_byte,) * 2, (root_bytes * per_byte,) * 2
+    priced = []
+    for nbytes in (layer_bytes, root_bytes):
+        pair = []
+        for op in ("copy_out", "chunk_cat"):
+            secs, measured = rates.seconds(op, u.ranks, nbytes)
+            if not measured and nbytes > 0:
+                notes.append(f"profile {getattr(model, 'name', '?')!r}: FSDP2's {op} of {nbytes / 2**20:.0f} MiB over "
+                             f"{u.ranks} ranks is outside its measured copies (fsdp_copies.json); priced at the "
+                             f"nearest measured rate")
+            pair.append(secs)
+        priced.append((pair[0], pair[1]))
+    return priced[0], priced[1]
 
 
 def overlap_excess(coll: float, comp: float, f: float = 1.0, g: float = 1.0) -> float:
@@ -783,7 +801,8 @@ def build_costs(
         in_steps = 0.0  # what measured interference adds to this stage's closed forms, per micro-batch
         if s in fsdp_colls:
             ag, rs, ag_root, rs_root = (wanted[c] for c in fsdp_colls[s])
-            copy_layer, copy_root = _fsdp_copies(p, upd[fsdp_pass[s]]) if s in fsdp_pass else (0.0, 0.0)
+            (out_layer, in_layer), (out_root, in_root) = (
+                _fsdp_copies(p, upd[fsdp_pass[s]], model, notes) if s in fsdp_pass else ((0.0, 0.0), (0.0, 0.0)))
             # every copy runs on the compute stream: the gathers' copy-outs, and the reduce-scatter's
             # copy-in (torch >= 2.6 ``foreach_reduce``: ``foreach_reduce_scatter_copy_in`` on the
             # current stream, then ``reduce_scatter_stream.wait_stream``; the lent hosts run 2.11)
@@ -795,8 +814,10 @@ def build_costs(
             fsdp_f, fsdp_b = _fsdp_exposed(p, ag, rs, ag_root, rs_root, fwd, bwd, slow)
             alone_f, alone_b = _fsdp_exposed(p, ag, rs, ag_root, rs_root, fwd, bwd)
             in_steps += (fsdp_f - alone_f) + (fsdp_b - alone_b)
-            fsdp_f += p.encoders * copy_layer + copy_root  # the forward gathers' copy-outs
-            fsdp_b += 2 * p.encoders * copy_layer + copy_root  # the backward's: gathers' copy-outs, copy-ins
+            fsdp_f += p.encoders * out_layer + out_root  # the forward gathers' copy-outs
+            # the backward's: the layers' gathers' copy-outs, every unit's reduce-scatter copy-in (the root
+            # stays gathered after the forward)
+            fsdp_b += p.encoders * (out_layer + in_layer) + in_root
         f_flops, b_flops = p.flops()
         cp_f = cp_b = cp_ring = cp_one = 0.0
         if s in cp_send:

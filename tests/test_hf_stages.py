@@ -227,19 +227,46 @@ def test_fsdp_copies_move_eight_bytes_per_parameter_at_the_accumulation_rate():
     full = _fsdp_full_pass(plan)
     assert plan.grad_accum is not None and full.mp == plan.grad_accum.mp // 2  # the unsharded parameters
     per_byte = 0.012 / (12 * hf_params(full))  # a 12 ms pass over them
-    layer, root = _fsdp_copies(plan, 0.012)
+    notes: list[str] = []
+    (layer, layer_in), (root, root_in) = _fsdp_copies(plan, 0.012, object(), notes)  # no measured copies
     u = plan.fsdp
+    assert layer == layer_in and root == root_in and not notes
     assert layer == pytest.approx(8 * (u.layer_shard * 2 / 2) * per_byte)
     assert root == pytest.approx(8 * (u.root_shard * 2 / 2) * per_byte)
     # the stage's copy bytes (layers and root, one copy each) are 8 of the pass's 12 bytes per parameter
     assert (L * layer + root) == pytest.approx(0.012 * 8 / 12, rel=0.02)
 
 
+def test_fsdp_copies_from_the_measured_kernels():
+    # a profile with measured copies prices each copy from its own curve: a constant rate of 2 and
+    # 1 TB/s here, so the layer's 8 bytes per parameter take bytes / rate; a size outside the
+    # measured ones, or an unmeasured world, is priced at the edge rate and says so
+    from types import SimpleNamespace
+
+    from trainsim.calibration.fsdp_copies import FSDPCopyRates
+    from trainsim.sim.costs import _fsdp_copies
+
+    (plan,) = build_stage_plans(MODEL, _tr(zero_stage=3), Parallelism(dp=2))
+    u = plan.fsdp
+    layer_bytes, root_bytes = 8 * u.layer_shard, 8 * u.root_shard  # shard x 2 ranks / 2 entries x 8 bytes
+    sizes = (layer_bytes // 2, 4 * root_bytes)
+    rates = FSDPCopyRates({("copy_out", 2): tuple((b, b / 2e12) for b in sizes),
+                           ("chunk_cat", 2): tuple((b, b / 1e12) for b in sizes)})
+    notes: list[str] = []
+    (out_l, in_l), (out_r, in_r) = _fsdp_copies(plan, 0.012, SimpleNamespace(name="p", fsdp_copies=rates), notes)
+    assert (out_l, in_l) == (pytest.approx(layer_bytes / 2e12), pytest.approx(layer_bytes / 1e12))
+    assert (out_r, in_r) == (pytest.approx(root_bytes / 2e12), pytest.approx(root_bytes / 1e12))
+    assert notes == []
+    (plan4,) = build_stage_plans(MODEL, _tr(zero_stage=3), Parallelism(dp=4))
+    _fsdp_copies(plan4, 0.012, SimpleNamespace(name="p", fsdp_copies=rates), notes)
+    assert len(notes) == 4 and all("over 4 ranks is outside its measured copies" in n for n in notes)
+
+
 def test_fsdp_copies_run_on_the_compute_stream(monkeypatch):
     # torch >= 2.6: FSDP2's reduce-scatter copy-in (chunk_cat) runs on the current stream before the
-    # reduce-scatter stream waits for it, like the gathers' copy-outs. Copies of c per layer and r for
-    # the root add exactly L c + r to the forward (copy-outs) and 2 L c + r to the backward (the
-    # re-gathers' copy-outs and the copy-ins), and nothing to what the collectives expose.
+    # reduce-scatter stream waits for it, like the gathers' copy-outs. Copy-outs of c per layer and r
+    # for the root and copy-ins of c' and r' add exactly L c + r to the forward and L (c + c') + r' to
+    # the backward (the re-gathers' copy-outs and the copy-ins), nothing to what the collectives expose.
     from trainsim.calibration.roofline import RooflineProfile
     from trainsim.sim import costs as sim_costs
     from trainsim.topology import get_cluster
@@ -250,13 +277,13 @@ def test_fsdp_copies_run_on_the_compute_stream(monkeypatch):
     cluster = cluster_from_mapping({"preset": "hgx-h100", "gpus_per_node": 2})
     prof = RooflineProfile("r", get_cluster("hgx-h100").gpu.peak_flops, 3e12)
 
-    def stage(c: float, r: float):
-        monkeypatch.setattr(sim_costs, "_fsdp_copies", lambda plan, full_pass_s: (c, r))
+    def stage(c: float, c_in: float, r: float, r_in: float):
+        monkeypatch.setattr(sim_costs, "_fsdp_copies", lambda plan, full_pass_s, model, notes: ((c, c_in), (r, r_in)))
         return sim_costs.build_costs(plans, tr, par, cluster, prof).stages[0]
 
-    none, some = stage(0.0, 0.0), stage(1e-3, 3e-3)
+    none, some = stage(0.0, 0.0, 0.0, 0.0), stage(1e-3, 2e-3, 3e-3, 5e-3)
     assert some.fsdp_fwd_s - none.fsdp_fwd_s == pytest.approx(L * 1e-3 + 3e-3)
-    assert some.fsdp_bwd_s - none.fsdp_bwd_s == pytest.approx(2 * L * 1e-3 + 3e-3)
+    assert some.fsdp_bwd_s - none.fsdp_bwd_s == pytest.approx(L * (1e-3 + 2e-3) + 5e-3)
 
 
 def test_fsdp_memory_is_a_shard_plus_the_live_units():
