@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +10,7 @@ from trainsim.calibration import fsdp_copies as fc
 from trainsim.operators.errors import ConfigError
 
 MiB = 2**20
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _rates(**extra):
@@ -107,12 +109,19 @@ def test_a_broken_profile_file_is_one_clear_error(tmp_path):
     ("h200-sxm-bf16", "NVIDIA H200", 3.96e12, 3.30e12),
 ])
 def test_shipped_profiles_carry_their_own_gpus_copies(profile, device, rate_out, rate_cat):
-    from pathlib import Path
-
-    path = Path(fc.__file__).resolve().parent / "profiles" / profile / fc.FSDP_COPIES_FILE
+    path = REPO / "calibration" / "profiles" / profile / fc.FSDP_COPIES_FILE
     rates = fc.load_fsdp_copies(path)
     assert rates.device == device
     layer = 8 * 201_379_840  # a d = 4096 layer's fp32 values, read and written (the probe's bytes)
     for op, rate in (("copy_out", rate_out), ("chunk_cat", rate_cat)):
         secs, measured = rates.seconds(op, 2, layer)
         assert measured and layer / secs == pytest.approx(rate, rel=0.03)
+
+
+@pytest.mark.parametrize("profile, probe", [("h100-sxm-bf16", "fsdp_copies_h100_machineAY"),
+                                            ("h200-sxm-bf16", "fsdp_copies_h200_machineAX")])
+def test_shipped_copies_are_the_fit_of_the_committed_probe(profile, probe):
+    root = REPO
+    rows = root / "validation" / probe / "fsdp_copies.jsonl"
+    doc = fc.fit_rows(fc.read_rows([str(rows)]), source=f"validation/{probe}/fsdp_copies.jsonl")
+    assert (root / "calibration" / "profiles" / profile / fc.FSDP_COPIES_FILE).read_text() == fc.dumps(doc)
