@@ -229,7 +229,8 @@ class FittedProfile:
 
         Only an efficiency profile can transfer. Its collectives, host costs, interference and FSDP2
         copy rates were measured on the source machine and are dropped: collectives fall back to the
-        topology's closed forms (and say so), FSDP2's copies to the accumulation pass's rate. Its power cap is kept, as an assumption (:meth:`PowerCapModel.on`)."""
+        topology's closed forms (and say so), FSDP2's copies to the accumulation pass's rate. Its power
+        cap is kept, as an assumption (:meth:`PowerCapModel.on`)."""
         if self.model not in EFFICIENCY_MODELS or self.roofline is None:
             raise ConfigError("profile", f"profile '{self.name}' is not an efficiency profile; only one can be "
                                          f"transferred to another GPU")
