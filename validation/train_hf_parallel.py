@@ -449,6 +449,9 @@ def build_trainer(env: Env, layout: Layout, shape: Shape, args) -> Trainer:
         for layer in model.gpt_neox.layers:
             fully_shard(layer, mesh=dp_mesh)
         fully_shard(model, mesh=dp_mesh)
+    on_model = getattr(args, "on_model", None)  # a probe's hooks (validation/probe_tp_host_pace.py); None here
+    if on_model is not None:
+        on_model(model)
     net = model
     ddp = False
     # validation/probe_ddp.py's variants (absent in a measured run): DDP's keyword arguments, a comm hook,

@@ -1,0 +1,93 @@
+"""Probe: each rank's host pace, layer by layer, in DTensor tensor parallelism, without a profiler.
+
+``validation/timeline_skew.py`` showed, on a profiled iteration, the ranks of tp2 issuing the same
+forward at different paces and each all-reduce waiting for the slower host. The profiler slows the
+hosts, though. This probe runs the trainer of ``validation/train_hf_parallel.py`` (``--layout``,
+default tp2) unprofiled, with a forward pre-hook on the model and on each GPT-NeoX layer and a
+forward hook on the model, each appending ``time.perf_counter_ns()`` (the host's monotonic clock,
+shared by the ranks of one host) to a list: when the host starts issuing the micro-batch's
+forward, each layer's, and when it is done with the forward. Per shape, after ``--warmup``
+iterations, ``--iters`` timed iterations; each rank appends one JSON line per iteration to
+``--out`` with its marks ``[kind, micro_batch, layer, t_ns]`` (kind ``F`` forward start, ``L``
+layer start, ``E`` forward end) and the iteration's seconds.
+
+    torchrun --nproc-per-node 2 validation/probe_tp_host_pace.py --shapes validation/hf_parallel_shapes_gpu_bound.csv \\
+        --out pace.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import probe_common  # noqa: E402
+import train_hf_parallel as thp  # noqa: E402
+
+
+def install_marks(model, marks: list, state: dict) -> None:
+    """Hooks that append (kind, micro-batch, layer, ns) to ``marks``; ``state["mb"]`` counts forwards."""
+
+    def start(_mod, _args):
+        state["mb"] += 1
+        marks.append(("F", state["mb"], -1, time.perf_counter_ns()))
+
+    def end(_mod, _args, _out):
+        marks.append(("E", state["mb"], -1, time.perf_counter_ns()))
+
+    def layer(i):
+        def hook(_mod, _args):
+            marks.append(("L", state["mb"], i, time.perf_counter_ns()))
+        return hook
+
+    model.register_forward_pre_hook(start)
+    model.register_forward_hook(end)
+    for i, mod in enumerate(model.gpt_neox.layers):
+        mod.register_forward_pre_hook(layer(i))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", required=True)
+    ap.add_argument("--only", default=None)
+    ap.add_argument("--layout", default="tp2")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    import torch
+    import torch.distributed as dist
+
+    env = probe_common.start(torch, dist)
+    layout = thp.parse_layout(args.layout)
+    for shape in thp.read_shapes(args.shapes, args.only.split(",") if args.only else None):
+        marks: list = []
+        state = {"mb": -1}
+        targs = thp.build_parser().parse_args(["--layouts", args.layout, "--out", "/dev/null"])
+        targs.dtype = "bf16" if env.cuda else "fp32"
+        targs.on_model = lambda model: install_marks(model, marks, state)
+        trainer = thp.build_trainer(env, layout, shape, targs)
+        for _ in range(args.warmup):
+            trainer.step()
+        for it in range(args.iters):
+            marks.clear()
+            state["mb"] = -1
+            wall, _ = env.timed_step(trainer)
+            with open(args.out, "a") as fh:
+                fh.write(json.dumps({"layout": layout.name, "name": shape.name, "rank": env.rank, "iter": it,
+                                     "wall_s": wall, "marks": [list(m) for m in marks]}) + "\n")
+        if env.rank == 0:
+            print(f"{layout.name} {shape.name}: done", flush=True)
+        trainer = None
+        env.barrier()
+        thp.free_memory(env)
+    return probe_common.finish(env)
+
+
+if __name__ == "__main__":
+    probe_common.entry(main)
