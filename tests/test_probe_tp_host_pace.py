@@ -1,0 +1,41 @@
+"""validation/probe_tp_host_pace.py: its hooks mark a forward's start, each layer and the end, in order."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
+
+import probe_tp_host_pace as probe  # noqa: E402
+
+
+class _Inner(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+
+
+class _Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gpt_neox = _Inner()
+
+    def forward(self, x):
+        for layer in self.gpt_neox.layers:
+            x = layer(x)
+        return x
+
+
+def test_marks_each_forward_and_layer_in_order():
+    model, marks, state = _Model(), [], {"mb": -1}
+    probe.install_marks(model, marks, state)
+    x = torch.zeros(2, 4)
+    model(x)
+    model(x)
+    assert [(k, mb, i) for k, mb, i, _ in marks] == [
+        ("F", 0, -1), ("L", 0, 0), ("L", 0, 1), ("L", 0, 2), ("E", 0, -1),
+        ("F", 1, -1), ("L", 1, 0), ("L", 1, 1), ("L", 1, 2), ("E", 1, -1)]
+    times = [t for *_, t in marks]
+    assert times == sorted(times) and all(isinstance(t, int) for t in times)
