@@ -13,14 +13,17 @@ layer start, ``E`` forward end) and the iteration's seconds.
 
     torchrun --nproc-per-node 2 validation/probe_tp_host_pace.py --shapes validation/hf_parallel_shapes_gpu_bound.csv \\
         --out pace.jsonl
+    python validation/probe_tp_host_pace.py --summarize pace.jsonl   # per shape: walls, each rank's layer pace
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -51,7 +54,54 @@ def install_marks(model, marks: list, state: dict) -> None:
         mod.register_forward_pre_hook(layer(i))
 
 
+def layer_times(marks: list) -> list[float]:
+    """Seconds between consecutive layer starts within each micro-batch's forward (the host's
+    issue time of a layer, the last layer of each micro-batch aside)."""
+    starts: dict[int, dict[int, int]] = defaultdict(dict)
+    for kind, mb, layer, t in marks:
+        if kind == "L":
+            starts[mb][layer] = t
+    out = []
+    for by_layer in starts.values():
+        ts = [by_layer[i] for i in sorted(by_layer)]
+        out += [(b - a) * 1e-9 for a, b in zip(ts, ts[1:], strict=False)]
+    return out
+
+
+def summarize(path: str) -> list[dict]:
+    """Per (layout, shape): the iterations' seconds (slowest rank) and each rank's median layer time."""
+    walls: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+    layers: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+            key = (str(r["layout"]), str(r["name"]))
+            walls[key][int(r["iter"])] = max(walls[key].get(int(r["iter"]), 0.0), float(r["wall_s"]))
+            layers[key][int(r["rank"])] += layer_times(r["marks"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            raise ValueError(f"{path}: line {n} is not a probe line (layout, name, rank, iter, wall_s, marks)") from None
+    out = []
+    for key, it_walls in walls.items():
+        w = sorted(it_walls.values())
+        out.append({"layout": key[0], "name": key[1], "min_s": w[0], "median_s": statistics.median(w),
+                    "layer_s": {rank: statistics.median(v) for rank, v in sorted(layers[key].items()) if v}})
+    return out
+
+
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--summarize":  # no torch needed
+        try:
+            rows = summarize(sys.argv[2])
+        except (OSError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        for r in rows:
+            pace = "  ".join(f"rank {k}: {v * 1e3:.2f} ms" for k, v in r["layer_s"].items())
+            print(f"{r['layout']:6s} {r['name']:16s} min {r['min_s']:.4f} s  median {r['median_s']:.4f} s  "
+                  f"median layer forward on the host: {pace}")
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", required=True)
     ap.add_argument("--only", default=None)
@@ -70,7 +120,7 @@ def main() -> int:
         state = {"mb": -1}
         targs = thp.build_parser().parse_args(["--layouts", args.layout, "--out", "/dev/null"])
         targs.dtype = "bf16" if env.cuda else "fp32"
-        targs.on_model = lambda model: install_marks(model, marks, state)
+        targs.on_model = lambda model, marks=marks, state=state: install_marks(model, marks, state)
         trainer = thp.build_trainer(env, layout, shape, targs)
         for _ in range(args.warmup):
             trainer.step()
@@ -90,4 +140,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if "--summarize" in sys.argv:
+        sys.exit(main())
     probe_common.entry(main)
