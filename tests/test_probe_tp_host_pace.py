@@ -39,3 +39,24 @@ def test_marks_each_forward_and_layer_in_order():
         ("F", 1, -1), ("L", 1, 0), ("L", 1, 1), ("L", 1, 2), ("E", 1, -1)]
     times = [t for *_, t in marks]
     assert times == sorted(times) and all(isinstance(t, int) for t in times)
+
+
+def test_summary_by_hand(tmp_path):
+    # rank 0: layers 2 ms apart in both micro-batches; rank 1: 3 ms; two iterations of 0.5 and 0.4 s
+    import json
+
+    ms = 1_000_000
+    lines = []
+    for it, wall in ((0, 0.5), (1, 0.4)):
+        for rank, step in ((0, 2 * ms), (1, 3 * ms)):
+            marks = [["L", mb, i, mb * 100 * ms + i * step] for mb in (0, 1) for i in range(3)]
+            lines.append({"layout": "tp2", "name": "s", "rank": rank, "iter": it, "wall_s": wall - 0.01 * rank,
+                          "marks": marks})
+    f = tmp_path / "pace.jsonl"
+    f.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    (row,) = probe.summarize(str(f))
+    assert (row["min_s"], row["median_s"]) == (pytest.approx(0.4), pytest.approx(0.45))
+    assert row["layer_s"] == {0: pytest.approx(2e-3), 1: pytest.approx(3e-3)}
+    f.write_text("{}\n")
+    with pytest.raises(ValueError, match="line 1 is not a probe line"):
+        probe.summarize(str(f))

@@ -81,7 +81,8 @@ def summarize(path: str) -> list[dict]:
             walls[key][int(r["iter"])] = max(walls[key].get(int(r["iter"]), 0.0), float(r["wall_s"]))
             layers[key][int(r["rank"])] += layer_times(r["marks"])
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            raise ValueError(f"{path}: line {n} is not a probe line (layout, name, rank, iter, wall_s, marks)") from None
+            raise ValueError(f"{path}: line {n} is not a probe line "
+                             f"(layout, name, rank, iter, wall_s, marks)") from None
     out = []
     for key, it_walls in walls.items():
         w = sorted(it_walls.values())
