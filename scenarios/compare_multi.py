@@ -135,6 +135,10 @@ def rows(path: str | os.PathLike, profile: str | None = None, cluster: str | Non
                     "simulated_err_pct": 100.0 * (simulated / meas - 1),
                     "closed_form_err_pct": 100.0 * (closed / meas - 1), "breakdown": dict(sim.breakdown),
                     "notes": list(pred.costs.notes),
+                    "host_band_s": (list(pred.host_band.scaled(closed, simulated))
+                                    if pred.host_band is not None else None),
+                    "host_factors": ([pred.host_band.lo_factor, pred.host_band.hi_factor]
+                                     if pred.host_band is not None else None),
                     "warnings": list(dict.fromkeys([*pred.warnings, *(str(w.message) for w in caught)]))})
         if progress:
             progress(1)
@@ -151,7 +155,10 @@ def summary(table: list[dict]) -> dict:
     # against the median of the measured iterations too: host-bound layouts wander 6-24 % above their
     # fastest iteration within one run (docs/multi_gpu.md), GPU-bound ones 0.3-3 %
     med = [abs(100.0 * (r["simulated_s"] / r["measured_median_s"] - 1)) for r in done if r.get("measured_median_s")]
+    banded = [r for r in done if r.get("host_band_s")]
+    inside = [r for r in banded if r["host_band_s"][0] <= r["measured_s"] <= r["host_band_s"][1]]
     return {"rows": len(table), "predicted": len(done), "simulated_mape_pct": sum(errs) / len(errs),
+            "host_band_rows": len(banded), "inside_host_band": len(inside),
             "simulated_max_abs_err_pct": max(errs), "closed_form_mape_pct": sum(eq7) / len(eq7),
             "closed_form_max_abs_err_pct": max(eq7), "skipped": len(table) - len(done),
             "memory_mape_pct": sum(mems) / len(mems) if mems else None,
@@ -179,6 +186,12 @@ def render(table: list[dict]) -> str:
         if s["simulated_vs_median_mape_pct"] is not None:
             lines.append(f"against the median iteration ({s['rows_with_median']} rows): simulated MAPE "
                          f"{s['simulated_vs_median_mape_pct']:.1f} % (the table above is against the fastest)")
+        if s["host_band_rows"]:
+            lo = min(r["host_factors"][0] for r in table if r.get("host_factors"))
+            hi = max(r["host_factors"][1] for r in table if r.get("host_factors"))
+            lines.append(f"host band (each row on the fastest and the slowest host measured, x{lo:.2f} to "
+                         f"x{hi:.2f}): {s['host_band_rows']} rows have one, the measurement is inside it on "
+                         f"{s['inside_host_band']}")
     else:
         lines.append("\nno row could be predicted")
     return "\n".join(lines)

@@ -68,6 +68,72 @@ def duration_model(scenario: Scenario, reference_data: str | None = None,
     return with_mode(scenario.profile.extrapolation, (gpu.peak_flops, gpu.mem_bw))
 
 
+#: a host band narrower than this share of the iteration is not reported (the GPU hides the host)
+HOST_BAND_MIN = 0.005
+
+
+@dataclass(frozen=True)
+class HostBand:
+    """The iteration on the fastest and the slowest host measured for the profile's runtimes.
+
+    A PyTorch runtime's host cost is fitted as one line for the kind's typical machine, and lent
+    machines of one kind measured ``lo_factor`` to ``hi_factor`` times it (calibration/host_overhead.py,
+    ``lease_factors``). ``lo_s`` and ``hi_s`` are Eq. 7's iteration with every host line scaled by
+    those factors: what the same layout takes on those hosts. Where the GPU sets the pace they
+    meet; where the host does, they part by up to the factors' spread."""
+
+    lo_factor: float
+    hi_factor: float
+    lo_s: float
+    hi_s: float
+    machines: int
+
+    def text(self, mid_s: float, at_s: float) -> str:
+        """One line for the reports, around ``at_s`` (see :meth:`scaled`)."""
+        lo, hi = self.scaled(mid_s, at_s)
+        return (f"host band: {lo:.4g} to {hi:.4g} s on the fastest and the slowest of the {self.machines} hosts "
+                f"measured (x{self.lo_factor:.2f} to x{self.hi_factor:.2f} of the typical host's cost)")
+
+    def scaled(self, mid_s: float, at_s: float) -> tuple[float, float]:
+        """The band around another estimate ``at_s`` of the same iteration (the simulated one),
+        by the band's ratios to Eq. 7's ``mid_s``."""
+        return at_s * self.lo_s / mid_s, at_s * self.hi_s / mid_s
+
+
+class _HostScaled:
+    """A duration model whose host lines are ``factor`` times another's (everything else its)."""
+
+    def __init__(self, model: DurationModel, factor: float) -> None:
+        self._model = model
+        keys = ("per_layer_s", "per_iteration_s", "checkpoint_s")
+        self.host_overhead = {rt: {**e, **{k: e[k] * factor for k in keys if k in e}}
+                              for rt, e in (getattr(model, "host_overhead", None) or {}).items()}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+
+def host_band(scenario: Scenario, plans: tuple[StagePlan, ...], model: DurationModel,
+              mid_s: float) -> HostBand | None:
+    """Eq. 7 on the fastest and the slowest measured host, where the runtime has a host line and
+    the two differ by at least :data:`HOST_BAND_MIN` of ``mid_s``; else None."""
+    table = getattr(model, "host_overhead", None) or {}
+    if not any(p.runtime in table for p in plans):
+        return None
+    factors = {m: f for e in table.values() for m, f in (e.get("lease_factors") or {}).items()}
+    if len(factors) < 2:
+        return None
+    lo, hi = min(factors.values()), max(factors.values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the prediction itself has reported them
+        ends = [eq7(build_costs(plans, scenario.training, scenario.parallelism, scenario.cluster,
+                                _HostScaled(model, f), power_cap=scenario.profile.power_cap)).iteration_s
+                for f in (lo, hi)]
+    if ends[1] - ends[0] < HOST_BAND_MIN * mid_s:
+        return None
+    return HostBand(lo, hi, ends[0], ends[1], len(factors))
+
+
 @dataclass(frozen=True)
 class Prediction:
     scenario: Scenario
@@ -80,6 +146,8 @@ class Prediction:
     # what is priced outside the profile's sampled range, and its share of the iteration
     # (scenarios.extrapolation); the headline says "extrapolated" above 1%
     extrapolated: Extrapolation = field(default_factory=Extrapolation)
+    # the iteration on the fastest and the slowest host measured, where the host can set the pace
+    host_band: HostBand | None = None
 
     @property
     def memory_gib_per_gpu(self) -> float:
@@ -151,6 +219,10 @@ class Prediction:
                 for s, p in zip(self.costs.stages, self.plans, strict=True)
             ],
             "notes": list(self.costs.notes),
+            "host_band": (None if self.host_band is None else
+                          {"iteration_s": [self.host_band.lo_s, self.host_band.hi_s],
+                           "host_factors": [self.host_band.lo_factor, self.host_band.hi_factor],
+                           "machines": self.host_band.machines}),
             "warnings": list(self.warnings),
             "extrapolated": self.extrapolated.to_dict(),
         }
@@ -187,8 +259,9 @@ def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: st
     result = eq7(costs)
     extrapolated = find_extrapolated(model, plans, costs, scenario.training, scenario.cluster, result.iteration_s,
                                      tuple(dict.fromkeys(outside)))
+    band = host_band(scenario, plans, model, result.iteration_s)
     return Prediction(scenario, plans, costs, result, getattr(model, "name", scenario.profile.name),
-                      tuple(dict.fromkeys(msgs)), memory, extrapolated)
+                      tuple(dict.fromkeys(msgs)), memory, extrapolated, band)
 
 
 def above_bar_notes(model: DurationModel, plans: tuple[StagePlan, ...] | list[StagePlan]) -> list[str]:

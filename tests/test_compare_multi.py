@@ -122,3 +122,17 @@ def test_attribution_without_a_trace_is_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "trainsim", "validate", "--measured-multi", str(p), "--attribute"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "kernels.jsonl" in r.stderr
+
+
+def test_the_summary_counts_the_rows_inside_their_host_band():
+    def row(measured, band):
+        return {"layout": "tp2", "shape": "s", "measured_s": measured, "measured_median_s": None,
+                "simulated_s": 1.0, "closed_form_s": 1.0, "simulated_err_pct": 100 * (1 / measured - 1),
+                "closed_form_err_pct": 100 * (1 / measured - 1), "memory_err_pct": None,
+                "host_band_s": band, "host_factors": [0.85, 1.16] if band else None}
+
+    table = [row(1.1, [0.9, 1.15]), row(1.2, [0.9, 1.15]), row(0.95, None)]
+    s = compare_multi.summary(table)
+    assert (s["host_band_rows"], s["inside_host_band"]) == (2, 1)
+    assert ("host band (each row on the fastest and the slowest host measured, x0.85 to x1.16): 2 rows have "
+            "one, the measurement is inside it on 1") in compare_multi.render(table)

@@ -616,3 +616,52 @@ def test_tensor_parallel_steps_pay_the_flow_shops_idle(dp, zero_stage, runtime):
     idle_f, idle_b, _ = issue_flow_shop(plan, prices, prices, 0.003, mp_after=after)
     assert got["host_fwd_extra_s"] == pytest.approx(idle_f) and got["host_bwd_extra_s"] == pytest.approx(idle_b)
     assert idle_f + idle_b > 0
+
+
+def _band_setup(per_layer_s: float, factors: dict[str, float]):
+    from types import SimpleNamespace
+
+    from trainsim.calibration.roofline import RooflineProfile
+    from trainsim.topology import get_cluster
+    from trainsim.topology.cluster import cluster_from_mapping
+
+    model = ModelSpec("m", hidden=256, heads=4, layers=4, seq_len=128, vocab=50432)
+    tr = TrainingSpec(micro_batch=1, micro_batches=3, precision="bf16", recompute="none", framework="hf",
+                      zero_stage=0)
+    par = Parallelism(mp=2)
+    cluster = cluster_from_mapping({"preset": "hgx-h100", "gpus_per_node": 2})
+    prof = RooflineProfile("r", get_cluster("hgx-h100").gpu.peak_flops, 3e12)
+    prof.host_overhead = _Profile("overlapped").host_overhead
+    prof.host_overhead["dtensor_tp"]["per_layer_s"] = per_layer_s
+    prof.host_overhead["dtensor_tp"]["lease_factors"] = factors
+    sc = SimpleNamespace(training=tr, parallelism=par, cluster=cluster, profile=SimpleNamespace(power_cap=None))
+    return sc, build_stage_plans(model, tr, par), prof
+
+
+def test_the_host_band_is_the_iteration_on_the_fastest_and_slowest_host():
+    # host-bound throughout (3 ms a layer-step against microseconds of GPU): the host part of the
+    # iteration scales with the factor, so the band's two sides stand as 0.2 : 0.25 around it
+    from trainsim.scenarios.compose import host_band
+    from trainsim.sim.costs import build_costs
+    from trainsim.sim.eq7 import eq7
+
+    sc, plans, prof = _band_setup(0.003, {"A": 0.8, "B": 1.25, "C": 1.0})
+    mid = eq7(build_costs(plans, sc.training, sc.parallelism, sc.cluster, prof)).iteration_s
+    band = host_band(sc, plans, prof, mid)
+    assert band is not None and (band.lo_factor, band.hi_factor, band.machines) == (0.8, 1.25, 3)
+    assert band.lo_s < mid < band.hi_s
+    assert (band.hi_s - mid) / (mid - band.lo_s) == pytest.approx(0.25 / 0.2, rel=1e-9)
+    assert prof.host_overhead["dtensor_tp"]["per_layer_s"] == 0.003  # the profile's own lines untouched
+    # around the simulated time, by the same ratios
+    assert band.scaled(mid, 2 * mid) == (pytest.approx(2 * band.lo_s), pytest.approx(2 * band.hi_s))
+    assert "x0.80 to x1.25" in band.text(mid, mid) and "3 hosts" in band.text(mid, mid)
+
+
+def test_no_host_band_where_the_gpu_hides_the_host_or_one_machine_was_measured():
+    from trainsim.scenarios.compose import host_band
+
+    sc, plans, prof = _band_setup(1e-9, {"A": 0.8, "B": 1.25})
+    assert host_band(sc, plans, prof, 1.0) is None  # the spread moves the iteration by nothing
+    sc, plans, prof = _band_setup(0.003, {"A": 1.0})
+    prof.host_overhead["eager"]["lease_factors"] = {"A": 1.0}
+    assert host_band(sc, plans, prof, 1.0) is None

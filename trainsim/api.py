@@ -154,6 +154,8 @@ class Simulation:
             "gpus": sc.gpus,
             "profile": pred.profile_name,
             "notes": list(pred.costs.notes),
+            "host_band_s": (list(pred.host_band.scaled(result.eq7_s, result.iteration_s))
+                            if pred.host_band is not None else None),
             "warnings": list(pred.warnings),
             "extrapolated": pred.extrapolated.to_dict(),
         }

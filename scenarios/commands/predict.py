@@ -60,6 +60,8 @@ def render(pred) -> str:
         )
     for n in costs.notes:
         lines.append(f"note: {n}")
+    if pred.host_band is not None:
+        lines.append(pred.host_band.text(e.iteration_s, e.iteration_s))
     return "\n".join(lines)
 
 

@@ -113,4 +113,6 @@ def render(pred, r) -> str:
     lines.append(f"simulated {r.events:,} events in {r.sim_wall_s:.3f} s")
     for n in pred.costs.notes:
         lines.append(f"note: {n}")
+    if pred.host_band is not None:
+        lines.append(pred.host_band.text(r.eq7_s, r.iteration_s))
     return "\n".join(lines)
