@@ -229,7 +229,8 @@ class Prediction:
 
 
 def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: str | None = None,
-            fit_progress: FitProgress | None = None) -> Prediction:
+            fit_progress: FitProgress | None = None, band: bool = True) -> Prediction:
+    """Eq. 7 of the scenario with its costs, memory, notes and (``band``) its :class:`HostBand`."""
     plans = build_stage_plans(scenario.model, scenario.training, scenario.parallelism)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -259,9 +260,9 @@ def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: st
     result = eq7(costs)
     extrapolated = find_extrapolated(model, plans, costs, scenario.training, scenario.cluster, result.iteration_s,
                                      tuple(dict.fromkeys(outside)))
-    band = host_band(scenario, plans, model, result.iteration_s)
+    hb = host_band(scenario, plans, model, result.iteration_s) if band else None
     return Prediction(scenario, plans, costs, result, getattr(model, "name", scenario.profile.name),
-                      tuple(dict.fromkeys(msgs)), memory, extrapolated, band)
+                      tuple(dict.fromkeys(msgs)), memory, extrapolated, hb)
 
 
 def above_bar_notes(model: DurationModel, plans: tuple[StagePlan, ...] | list[StagePlan]) -> list[str]:

@@ -291,7 +291,8 @@ def _predict(job: _Job, c: Candidate) -> Any:
                    par.virtual_stages if par.schedule is Schedule.INTERLEAVED_1F1B else 1)
     if job.check is not None:
         job.check(sc)
-    return predict(sc, reference_data=job.reference_data, cache_dir=job.cache_dir)
+    # a ranking of layouts shows no host band: not priced (two more cost builds per layout)
+    return predict(sc, reference_data=job.reference_data, cache_dir=job.cache_dir, band=False)
 
 
 def evaluate(job: _Job, c: Candidate) -> _Evaluated | str:
