@@ -5,6 +5,7 @@
 # Writes under $OUT/interference; resumable (re-run on the same warm machine: finished keys are skipped).
 # Multicast stays off: the variables are on the torchrun command line, so every worker inherits them.
 # NCCL_DEBUG=INFO (INIT only, to a file) records the channel counts: NCCL's SM footprint.
+# SIZES=BYTES,... other message sizes (e.g. 536870912,1073741824: FSDP2's gathers of a large layer).
 set -uo pipefail
 NPROC=${NPROC:-2}; BUDGET_S=${BUDGET_S:-100}; REPEATS=${REPEATS:-5}
 OUT=${OUT:-out}/interference; WORK=${WORK:-/tmp/interference}
@@ -18,6 +19,7 @@ timeout $((BUDGET_S + 90)) env NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICA
   NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT NCCL_DEBUG_FILE="$WORK/nccl.%h.%p.log" \
   python3 -m torch.distributed.run --standalone --nproc-per-node "$NPROC" \
   -m trainsim.calibration.interference_bench --out "$WORK" --repeats "$REPEATS" --time-budget "$BUDGET_S" -q \
+  ${SIZES:+--sizes "$SIZES"} \
   > "$OUT/bench.log" 2>&1
 echo "bench exit $? ($(wc -l < "$OUT/bench.log") log lines in $OUT/bench.log; last ones:)"
 grep -v "FutureWarning\|return func" "$OUT/bench.log" | grep -i "error\|Traceback\|skipped\|budget" | tail -5
