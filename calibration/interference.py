@@ -292,6 +292,12 @@ class InterferenceModel:
             return _interp(tab, coll_bytes)
         return self.compute[kind]
 
+    def measured_sizes(self) -> tuple[int, int] | None:
+        """The smallest and the largest message size of the per-size tables (None: none): beyond
+        them a factor is the nearest measured size's."""
+        sizes = [b for tab in (*self.compute_by_size.values(), *self.collective_by_size.values()) for b, _ in tab]
+        return (min(sizes), max(sizes)) if sizes else None
+
     def collective_factor(self, kind: str | None = None, coll_bytes: float | None = None) -> float:
         """Slowdown of a collective while compute runs (``kind``: the compute class, None: any)."""
         key = "all" if kind is None else kind

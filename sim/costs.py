@@ -499,7 +499,7 @@ _ATTENTION_KINDS = frozenset({OpKind.FLASH_ATTN, OpKind.BADDBMM, OpKind.BMM, OpK
 
 
 def _interference(model: DurationModel, plan: StagePlan, bwd: dict[Op, float],
-                  bucket_bytes: Sequence[float]) -> dict[str, float]:
+                  bucket_bytes: Sequence[float], notes: list[str] | None = None) -> dict[str, float]:
     """The stage's interference factors from the profile's measured model, if it has one.
 
     The compute factor is the backward's: each operator class (GEMM, attention, the rest
@@ -512,10 +512,28 @@ def _interference(model: DurationModel, plan: StagePlan, bwd: dict[Op, float],
     if im is None or not bucket_bytes:
         return {}
     size = sum(bucket_bytes) / len(bucket_bytes)
+    if notes is not None:
+        _interference_size_note(model, [size], notes)
     compute = _compute_factor(im, plan.backward, bwd, size)
     if compute is None:
         return {}
     return {"interference_compute": compute, "interference_dp": im.collective_factor(None, size)}
+
+
+def _interference_size_note(model: DurationModel, sizes: Sequence[float], notes: list[str]) -> None:
+    """A note when a collective that overlaps compute is outside the message sizes the profile's
+    interference was measured at (its factors are then the nearest measured size's)."""
+    im = getattr(model, "interference", None)
+    measured = getattr(im, "measured_sizes", lambda: None)()
+    if measured is None:
+        return
+    lo, hi = measured
+    outside = [b for b in sizes if b < lo or b > hi]
+    if outside:
+        mib = 2.0**20
+        notes.append(f"profile {getattr(model, 'name', '?')!r}: compute-communication interference beside "
+                     f"collectives of {min(outside) / mib:.3g}-{max(outside) / mib:.3g} MiB is priced at the nearest "
+                     f"measured size's factors (interference.json measured {lo / mib:.3g}-{hi / mib:.3g} MiB)")
 
 
 class _ComputeSlowdown(Protocol):
@@ -809,6 +827,7 @@ def build_costs(
             slow = (1.0, 1.0, 1.0)
             if im is not None:  # the gathers and reduce-scatters that overlap compute slow it, and it them
                 size = float(fsdp_colls[s][0].bytes)
+                _interference_size_note(model, [size], notes)
                 slow = (_compute_factor(im, p.forward, fwd, size) or 1.0,
                         _compute_factor(im, p.backward, bwd, size) or 1.0, im.collective_factor(None, size))
             fsdp_f, fsdp_b = _fsdp_exposed(p, ag, rs, ag_root, rs_root, fwd, bwd, slow)
@@ -825,6 +844,7 @@ def build_costs(
             cp_slow = (1.0, 1.0, 1.0, 1.0)
             if im is not None:  # the attention and the K/V send beside it slow each other
                 b_f, b_b = (float(c.bytes) for c in cp_send[s])
+                _interference_size_note(model, [b_f, b_b], notes)
                 cp_slow = (im.compute_factor("attention", b_f), im.collective_factor("attention", b_f),
                            im.compute_factor("attention", b_b), im.collective_factor("attention", b_b))
             cp_f, cp_b = _cp_exposed(p, one_f, one_b, fwd, bwd, cp_slow)
@@ -870,7 +890,7 @@ def build_costs(
             grad_accum_s=accum_s,
             dp_bucket_ready=dp_ready[s],
             fsdp_fwd_s=fsdp_f, fsdp_bwd_s=fsdp_b,
-            **_interference(model, p, bwd, [float(c.bytes) for c in dp_ar[s]]),
+            **_interference(model, p, bwd, [float(c.bytes) for c in dp_ar[s]], notes),
             **_host_fields(model, p, fwd_s, bwd_s, mp_f, mp_b, upd[p.optimizer] + accum_s, notes, (fwd, bwd),
                            mp_after[s]),
             compute_bound_s=_compute_bound_s(p, fwd, bwd, tc), power_cap_factor=factor,

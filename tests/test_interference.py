@@ -259,3 +259,24 @@ def test_gloo_run_writes_one_row_per_key_and_resumes(tmp_path):
     _run(out)  # everything present: nothing added
     assert (out / itf.CSV_FILE).read_bytes() == before
     assert "resumed" in json.loads((out / "meta.json").read_text())
+
+
+def test_a_collective_beyond_the_measured_sizes_is_a_note():
+    from types import SimpleNamespace
+
+    from trainsim.sim.costs import _interference_size_note
+
+    im = itf.InterferenceModel(
+        {"gemm": 1.1, "attention": 1.05, "memory": 1.1}, {"all": 1.5, "gemm": 1.4, "attention": 1.3, "memory": 2.0},
+        compute_by_size={"gemm": ((4 * 2**20, 1.05), (256 * 2**20, 1.25))})
+    assert im.measured_sizes() == (4 * 2**20, 256 * 2**20)
+    model = SimpleNamespace(name="p", interference=im)
+    notes: list[str] = []
+    _interference_size_note(model, [32 * 2**20], notes)
+    assert notes == []
+    _interference_size_note(model, [1024 * 2**20, 32 * 2**20, 2**20], notes)
+    assert notes == ["profile 'p': compute-communication interference beside collectives of 1-1.02e+03 MiB is "
+                     "priced at the nearest measured size's factors (interference.json measured 4-256 MiB)"]
+    assert itf.InterferenceModel({"gemm": 1.1, "attention": 1.05, "memory": 1.1},
+                                          {"all": 1.5, "gemm": 1.4, "attention": 1.3,
+                                           "memory": 2.0}).measured_sizes() is None
