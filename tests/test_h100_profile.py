@@ -189,3 +189,20 @@ def test_validate_applies_set_to_every_measured_multi_row(cache, capsys):
     assert main(["validate", "--measured-multi", table, "--set", "profile.speed=2"]) == 2
     err = capsys.readouterr().err
     assert "profile.speed" in err and err.count("\n") == 1
+
+
+def test_validate_counts_the_configurations_inside_their_host_band(cache, capsys):
+    # the unseen4 table's host-bound rows (one GPU, small shapes) have a band; each band brackets
+    # the prediction, and the summary counts the measurements inside by the rows' own numbers
+    from trainsim.scenarios.cli import main
+
+    table = str(Path(__file__).resolve().parents[1] / "validation" / "measured_unseen4_h100.csv")
+    assert main(["validate", "--measured", table, "--json", "--cache-dir", cache]) == 0
+    report = json.loads(capsys.readouterr().out)
+    banded = [r for r in report["configurations"] if r["host_band_s"]]
+    assert banded and report["summary"]["host_band_configurations"] == len(banded)
+    for r in banded:
+        lo, hi = r["host_band_s"]
+        assert lo < r["predicted_s"] < hi
+    assert report["summary"]["inside_host_band"] == sum(
+        1 for r in banded if r["host_band_s"][0] <= r["measured_s"] <= r["host_band_s"][1])

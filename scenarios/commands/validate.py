@@ -122,6 +122,7 @@ def predict_row(row: dict[str, str], scenario: str, extra: list[str], cache_dir:
         "memory_error_pct": None if measured_gib is None else 100.0 * (mem.total_gib / measured_gib - 1),
         "fwd_s": cost.fwd_s, "bwd_s": cost.bwd_s, "recompute_s": cost.recompute_s, "optimizer_s": cost.optimizer_s,
         "grad_accum_s": accum, "profile": pred.profile_name,
+        "host_band_s": None if pred.host_band is None else [pred.host_band.lo_s, pred.host_band.hi_s],
     }
 
 
@@ -135,6 +136,10 @@ def summarize(results: list[dict]) -> dict:
         "memory_configurations": len(mem),
         "memory_mape_pct": sum(mem) / len(mem) if mem else None,
         "memory_max_abs_error_pct": max(mem) if mem else None,
+        # where the host can set the pace: the rows with a host band, and those measured inside it
+        "host_band_configurations": sum(1 for r in results if r.get("host_band_s")),
+        "inside_host_band": sum(1 for r in results if r.get("host_band_s")
+                                and r["host_band_s"][0] <= r["measured_s"] <= r["host_band_s"][1]),
     }
 
 
@@ -160,6 +165,10 @@ def render(results: list[dict], summary: dict) -> str:
             f" over the {summary['memory_configurations']} rows that measured it."
     lines.append(f"Iteration time: MAPE {summary['time_mape_pct']:.2f}% (max {summary['time_max_abs_error_pct']:.1f}%) "
                  f"over {summary['configurations']} configurations ({profiles})." + memory)
+    if summary.get("host_band_configurations"):
+        lines.append(f"Host band (each configuration on the fastest and the slowest host measured): "
+                     f"{summary['host_band_configurations']} have one, the measurement is inside it on "
+                     f"{summary['inside_host_band']}.")
     return "\n".join(lines)
 
 
