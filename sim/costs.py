@@ -366,7 +366,7 @@ def _fsdp_copies(plan: StagePlan, full_pass_s: float, model: DurationModel,
     Priced from the profile's measured copy kernels (``fsdp_copies.json``,
     :mod:`trainsim.calibration.fsdp_copies`); a profile without them prices both at the rate of its
     measured accumulation pass over the same parameters (12 bytes per parameter: read two
-    gradients, write one), which runs 7-25 % faster per byte than the copies (H100 and H200, hidden
+    gradients, write one), which runs 6-28 % faster per byte than the copies (H100 and H200, hidden
     1024-8192). (The all-gather's copy-in, ``_foreach_copy_`` of the shards, runs on a stream of its
     own beside the compute and is not charged.)
     """
