@@ -184,10 +184,12 @@ def test_a_runtime_without_a_measurement_is_a_note():
     assert notes and "dtensor_tp" in notes[0]
 
 
-def test_the_simulated_step_carries_the_host_excess():
+def _tp2_setup(per_layer_s: float = 0.003, factors: dict[str, float] | None = None):
+    """A host-bound tp2 stage on a 2-GPU HGX node (3 ms a layer-step: far above the GPU's work), a
+    roofline profile with the overlapped host lines of :class:`_Profile`, and a scenario-like holder."""
+    from types import SimpleNamespace
+
     from trainsim.calibration.roofline import RooflineProfile
-    from trainsim.sim.costs import build_costs
-    from trainsim.sim.engine import simulate
     from trainsim.topology import get_cluster
     from trainsim.topology.cluster import cluster_from_mapping
 
@@ -197,8 +199,21 @@ def test_the_simulated_step_carries_the_host_excess():
     par = Parallelism(mp=2)
     cluster = cluster_from_mapping({"preset": "hgx-h100", "gpus_per_node": 2})
     prof = RooflineProfile("r", get_cluster("hgx-h100").gpu.peak_flops, 3e12)
-    prof.host_overhead = _Profile("overlapped").host_overhead  # 12 ms per micro-batch: far above the GPU's
-    costs = build_costs(build_stage_plans(model, tr, par), tr, par, cluster, prof)
+    prof.host_overhead = _Profile("overlapped").host_overhead
+    prof.host_overhead["dtensor_tp"]["per_layer_s"] = per_layer_s
+    if factors is not None:
+        prof.host_overhead["dtensor_tp"]["lease_factors"] = factors
+    sc = SimpleNamespace(training=tr, parallelism=par, cluster=cluster, profile=SimpleNamespace(power_cap=None))
+    return sc, build_stage_plans(model, tr, par), prof
+
+
+def test_the_simulated_step_carries_the_host_excess():
+    from trainsim.sim.costs import build_costs
+    from trainsim.sim.engine import simulate
+
+    sc, plans, prof = _tp2_setup()  # 12 ms per micro-batch: far above the GPU's
+    tr, par, cluster = sc.training, sc.parallelism, sc.cluster
+    costs = build_costs(plans, tr, par, cluster, prof)
     st = costs.stages[0]
     assert st.host_fwd_extra_s > 0 and st.host_bwd_extra_s > 0
     res = simulate(costs, cluster, mode="realistic", seed=0)
@@ -618,26 +633,6 @@ def test_tensor_parallel_steps_pay_the_flow_shops_idle(dp, zero_stage, runtime):
     assert idle_f + idle_b > 0
 
 
-def _band_setup(per_layer_s: float, factors: dict[str, float]):
-    from types import SimpleNamespace
-
-    from trainsim.calibration.roofline import RooflineProfile
-    from trainsim.topology import get_cluster
-    from trainsim.topology.cluster import cluster_from_mapping
-
-    model = ModelSpec("m", hidden=256, heads=4, layers=4, seq_len=128, vocab=50432)
-    tr = TrainingSpec(micro_batch=1, micro_batches=3, precision="bf16", recompute="none", framework="hf",
-                      zero_stage=0)
-    par = Parallelism(mp=2)
-    cluster = cluster_from_mapping({"preset": "hgx-h100", "gpus_per_node": 2})
-    prof = RooflineProfile("r", get_cluster("hgx-h100").gpu.peak_flops, 3e12)
-    prof.host_overhead = _Profile("overlapped").host_overhead
-    prof.host_overhead["dtensor_tp"]["per_layer_s"] = per_layer_s
-    prof.host_overhead["dtensor_tp"]["lease_factors"] = factors
-    sc = SimpleNamespace(training=tr, parallelism=par, cluster=cluster, profile=SimpleNamespace(power_cap=None))
-    return sc, build_stage_plans(model, tr, par), prof
-
-
 def test_the_host_band_is_the_iteration_on_the_fastest_and_slowest_host():
     # host-bound throughout (3 ms a layer-step against microseconds of GPU): the host part of the
     # iteration scales with the factor, so the band's two sides stand as 0.2 : 0.25 around it
@@ -645,7 +640,7 @@ def test_the_host_band_is_the_iteration_on_the_fastest_and_slowest_host():
     from trainsim.sim.costs import build_costs
     from trainsim.sim.eq7 import eq7
 
-    sc, plans, prof = _band_setup(0.003, {"A": 0.8, "B": 1.25, "C": 1.0})
+    sc, plans, prof = _tp2_setup(0.003, {"A": 0.8, "B": 1.25, "C": 1.0})
     mid = eq7(build_costs(plans, sc.training, sc.parallelism, sc.cluster, prof)).iteration_s
     band = host_band(sc, plans, prof, mid)
     assert band is not None and (band.lo_factor, band.hi_factor, band.machines) == (0.8, 1.25, 3)
@@ -660,8 +655,8 @@ def test_the_host_band_is_the_iteration_on_the_fastest_and_slowest_host():
 def test_no_host_band_where_the_gpu_hides_the_host_or_one_machine_was_measured():
     from trainsim.scenarios.compose import host_band
 
-    sc, plans, prof = _band_setup(1e-9, {"A": 0.8, "B": 1.25})
+    sc, plans, prof = _tp2_setup(1e-9, {"A": 0.8, "B": 1.25})
     assert host_band(sc, plans, prof, 1.0) is None  # the spread moves the iteration by nothing
-    sc, plans, prof = _band_setup(0.003, {"A": 1.0})
+    sc, plans, prof = _tp2_setup(0.003, {"A": 1.0})
     prof.host_overhead["eager"]["lease_factors"] = {"A": 1.0}
     assert host_band(sc, plans, prof, 1.0) is None
