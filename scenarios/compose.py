@@ -6,11 +6,13 @@ This is the only place that wires operators, topology, calibration and sim toget
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from trainsim.operators import ConfigError, DurationModel, StagePlan, build_stage_plans
+import numpy as np
+
+from trainsim.operators import ConfigError, DurationModel, Op, StagePlan, build_stage_plans
 from trainsim.operators.memory import MemoryEstimate, MemoryFit, fit_report, memory_per_gpu
 from trainsim.operators.ops import Direction
 from trainsim.scenarios.extrapolation import Extrapolation, find_extrapolated, stage_ops
@@ -100,23 +102,41 @@ class HostBand:
         return at_s * self.lo_s / mid_s, at_s * self.hi_s / mid_s
 
 
-class _HostScaled:
-    """A duration model whose host lines are ``factor`` times another's (everything else its)."""
+class _Priced:
+    """A duration model that keeps the operator prices it has given (``op_seconds`` by operators
+    and direction), so the host band's cost builds, which price the same operators, reuse them."""
 
-    def __init__(self, model: DurationModel, factor: float) -> None:
+    def __init__(self, model: DurationModel, memo: dict | None = None) -> None:
         self._model = model
-        keys = ("per_layer_s", "per_iteration_s", "checkpoint_s")
-        self.host_overhead = {rt: {**e, **{k: e[k] * factor for k in keys if k in e}}
-                              for rt, e in (getattr(model, "host_overhead", None) or {}).items()}
+        self._memo: dict = {} if memo is None else memo
+
+    def op_seconds(self, ops: Sequence[Op], direction: Direction) -> np.ndarray:
+        key = (tuple(ops), Direction(direction))
+        if key not in self._memo:
+            self._memo[key] = np.asarray(self._model.op_seconds(ops, direction), dtype=float)
+        return self._memo[key].copy()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
 
 
+class _HostScaled(_Priced):
+    """A duration model whose host lines are ``factor`` times another's (everything else its)."""
+
+    def __init__(self, model: DurationModel, factor: float, memo: dict | None = None) -> None:
+        super().__init__(model, memo)
+        keys = ("per_layer_s", "per_iteration_s", "checkpoint_s")
+        self.host_overhead = {rt: {**e, **{k: e[k] * factor for k in keys if k in e}}
+                              for rt, e in (getattr(model, "host_overhead", None) or {}).items()}
+
+
 def host_band(scenario: Scenario, plans: tuple[StagePlan, ...], model: DurationModel,
               mid_s: float) -> HostBand | None:
     """Eq. 7 on the fastest and the slowest measured host, where the runtime has a host line and
-    the two differ by at least :data:`HOST_BAND_MIN` of ``mid_s``; else None."""
+    the two differ by at least :data:`HOST_BAND_MIN` of ``mid_s``; else None. (``model`` a
+    :class:`_Priced` reuses the prices of the prediction's own cost build.)"""
+    memo = model._memo if isinstance(model, _Priced) else {}
+    base = model._model if isinstance(model, _Priced) else model
     table = getattr(model, "host_overhead", None) or {}
     if not any(p.runtime in table for p in plans):
         return None
@@ -127,7 +147,7 @@ def host_band(scenario: Scenario, plans: tuple[StagePlan, ...], model: DurationM
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the prediction itself has reported them
         ends = [eq7(build_costs(plans, scenario.training, scenario.parallelism, scenario.cluster,
-                                _HostScaled(model, f), power_cap=scenario.profile.power_cap)).iteration_s
+                                _HostScaled(base, f, memo), power_cap=scenario.profile.power_cap)).iteration_s
                 for f in (lo, hi)]
     if ends[1] - ends[0] < HOST_BAND_MIN * mid_s:
         return None
@@ -235,7 +255,8 @@ def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: st
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = duration_model(scenario, reference_data, cache_dir, fit_progress)
-        costs = build_costs(plans, scenario.training, scenario.parallelism, scenario.cluster, model,
+        priced = _Priced(model) if band else model  # the band's builds reuse these prices
+        costs = build_costs(plans, scenario.training, scenario.parallelism, scenario.cluster, priced,
                             power_cap=scenario.profile.power_cap)
     from trainsim.calibration import ExtrapolationWarning
     from trainsim.calibration.samples import DataQuirkWarning
@@ -260,7 +281,7 @@ def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: st
     result = eq7(costs)
     extrapolated = find_extrapolated(model, plans, costs, scenario.training, scenario.cluster, result.iteration_s,
                                      tuple(dict.fromkeys(outside)))
-    hb = host_band(scenario, plans, model, result.iteration_s) if band else None
+    hb = host_band(scenario, plans, priced, result.iteration_s) if band else None
     return Prediction(scenario, plans, costs, result, getattr(model, "name", scenario.profile.name),
                       tuple(dict.fromkeys(msgs)), memory, extrapolated, hb)
 
