@@ -379,17 +379,19 @@ def _fsdp_copies(plan: StagePlan, full_pass_s: float, model: DurationModel,
     if rates is None:
         per_byte = full_pass_s / (12 * hf_params(_fsdp_full_pass(plan)))
         return (layer_bytes * per_byte,) * 2, (root_bytes * per_byte,) * 2
-    priced = []
+    priced, outside = [], []
     for nbytes in (layer_bytes, root_bytes):
         pair = []
         for op in ("copy_out", "chunk_cat"):
             secs, measured = rates.seconds(op, u.ranks, nbytes)
             if not measured and nbytes > 0:
-                notes.append(f"profile {getattr(model, 'name', '?')!r}: FSDP2's {op} of {nbytes / 2**20:.0f} MiB over "
-                             f"{u.ranks} ranks is outside its measured copies (fsdp_copies.json); priced at the "
-                             f"nearest measured rate")
+                outside.append(nbytes)
             pair.append(secs)
         priced.append((pair[0], pair[1]))
+    if outside:  # one note for the stage's copies
+        notes.append(f"profile {getattr(model, 'name', '?')!r}: FSDP2's copies of {min(outside) / 2**20:.0f}-"
+                     f"{max(outside) / 2**20:.0f} MiB over {u.ranks} ranks are outside its measured copies "
+                     f"(fsdp_copies.json); priced at the nearest measured rate")
     return priced[0], priced[1]
 
 
