@@ -155,8 +155,10 @@ def summary(table: list[dict]) -> dict:
     # against the median of the measured iterations too: host-bound layouts wander 6-24 % above their
     # fastest iteration within one run (docs/multi_gpu.md), GPU-bound ones 0.3-3 %
     med = [abs(100.0 * (r["simulated_s"] / r["measured_median_s"] - 1)) for r in done if r.get("measured_median_s")]
+    from trainsim.scenarios.compose import in_band
+
     banded = [r for r in done if r.get("host_band_s")]
-    inside = [r for r in banded if r["host_band_s"][0] <= r["measured_s"] <= r["host_band_s"][1]]
+    inside = [r for r in banded if in_band(r["host_band_s"], r["measured_s"])]
     return {"rows": len(table), "predicted": len(done), "simulated_mape_pct": sum(errs) / len(errs),
             "host_band_rows": len(banded), "inside_host_band": len(inside),
             "simulated_max_abs_err_pct": max(errs), "closed_form_mape_pct": sum(eq7) / len(eq7),

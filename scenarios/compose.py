@@ -17,7 +17,7 @@ from trainsim.operators.memory import MemoryEstimate, MemoryFit, fit_report, mem
 from trainsim.operators.ops import Direction
 from trainsim.scenarios.extrapolation import Extrapolation, find_extrapolated, stage_ops
 from trainsim.scenarios.schema import Scenario
-from trainsim.sim.costs import IterationCosts, build_costs
+from trainsim.sim.costs import IterationCosts, build_costs, host_machine_factors
 from trainsim.sim.eq7 import Eq7Result, eq7
 from trainsim.topology import GPU_PRESETS
 
@@ -106,9 +106,9 @@ class _Priced:
     """A duration model that keeps the operator prices it has given (``op_seconds`` by operators
     and direction), so the host band's cost builds, which price the same operators, reuse them."""
 
-    def __init__(self, model: DurationModel, memo: dict | None = None) -> None:
+    def __init__(self, model: DurationModel) -> None:
         self._model = model
-        self._memo: dict = {} if memo is None else memo
+        self._memo: dict[tuple[tuple[Op, ...], Direction], np.ndarray] = {}
 
     def op_seconds(self, ops: Sequence[Op], direction: Direction) -> np.ndarray:
         key = (tuple(ops), Direction(direction))
@@ -120,38 +120,44 @@ class _Priced:
         return getattr(self._model, name)
 
 
-class _HostScaled(_Priced):
-    """A duration model whose host lines are ``factor`` times another's (everything else its)."""
+class _HostScaled:
+    """A duration model whose host lines are ``factor`` times another's (everything else its,
+    the operator prices included: a :class:`_Priced` model's are reused)."""
 
-    def __init__(self, model: DurationModel, factor: float, memo: dict | None = None) -> None:
-        super().__init__(model, memo)
+    def __init__(self, model: DurationModel, factor: float) -> None:
+        self._model = model
         keys = ("per_layer_s", "per_iteration_s", "checkpoint_s")
         self.host_overhead = {rt: {**e, **{k: e[k] * factor for k in keys if k in e}}
                               for rt, e in (getattr(model, "host_overhead", None) or {}).items()}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
 
 
 def host_band(scenario: Scenario, plans: tuple[StagePlan, ...], model: DurationModel,
               mid_s: float) -> HostBand | None:
     """Eq. 7 on the fastest and the slowest measured host, where the runtime has a host line and
-    the two differ by at least :data:`HOST_BAND_MIN` of ``mid_s``; else None. (``model`` a
-    :class:`_Priced` reuses the prices of the prediction's own cost build.)"""
-    memo = model._memo if isinstance(model, _Priced) else {}
-    base = model._model if isinstance(model, _Priced) else model
+    the two differ by at least :data:`HOST_BAND_MIN` of ``mid_s``; else None."""
     table = getattr(model, "host_overhead", None) or {}
     if not any(p.runtime in table for p in plans):
         return None
-    factors = {m: f for e in table.values() for m, f in (e.get("lease_factors") or {}).items()}
+    factors = host_machine_factors(table)
     if len(factors) < 2:
         return None
     lo, hi = min(factors.values()), max(factors.values())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the prediction itself has reported them
         ends = [eq7(build_costs(plans, scenario.training, scenario.parallelism, scenario.cluster,
-                                _HostScaled(base, f, memo), power_cap=scenario.profile.power_cap)).iteration_s
+                                _HostScaled(model, f), power_cap=scenario.profile.power_cap)).iteration_s
                 for f in (lo, hi)]
     if ends[1] - ends[0] < HOST_BAND_MIN * mid_s:
         return None
     return HostBand(lo, hi, ends[0], ends[1], len(factors))
+
+
+def in_band(band_s: Sequence[float] | None, measured_s: float) -> bool:
+    """Whether a measured time lies inside a reported host band ``[lo, hi]`` (False without one)."""
+    return bool(band_s) and band_s[0] <= measured_s <= band_s[1]
 
 
 @dataclass(frozen=True)

@@ -266,6 +266,13 @@ def issue_flow_shop(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float],
     return idle_f, idle_b, max(0.0, gpu - host)
 
 
+def host_machine_factors(table: dict[str, dict]) -> dict[str, float]:
+    """Each machine's host-speed factor in a profile's host table (calibration/host_overhead.py). The
+    spread of the host's speed is the machines', whichever runtime measured it: two machines that
+    agree on one runtime do not make the kind's hosts agree."""
+    return {m: f for e in table.values() for m, f in (e.get("lease_factors") or {}).items()}
+
+
 def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: float, mp_fwd: float,
                  mp_bwd: float, update_s: float, notes: list[str],
                  prices: tuple[dict[Op, float], dict[Op, float]] | None = None,
@@ -307,9 +314,7 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
     gpu_f, gpu_b = fwd_s + mp_fwd, bwd_s + mp_bwd  # a step's GPU work: compute and MP collectives
     host, gpu = host_f + host_b, gpu_f + gpu_b
     host_bound = host > gpu if ahead else host_f > gpu_f or host_b > gpu_b
-    # the spread of the host's speed is the machines', whichever runtime measured it (two machines
-    # that agree on one runtime do not make the kind's hosts agree)
-    factors = {m: f for e in table.values() for m, f in (e.get("lease_factors") or {}).items()}
+    factors = host_machine_factors(table)
     if len(factors) > 1 and (serial or host_bound):
         lo, hi = min(factors.values()), max(factors.values())
         notes.append(f"the {plan.runtime} runtime's host (CPU) work sets the pace of its steps; that host cost "
@@ -501,7 +506,7 @@ _ATTENTION_KINDS = frozenset({OpKind.FLASH_ATTN, OpKind.BADDBMM, OpKind.BMM, OpK
 
 
 def _interference(model: DurationModel, plan: StagePlan, bwd: dict[Op, float],
-                  bucket_bytes: Sequence[float], notes: list[str] | None = None) -> dict[str, float]:
+                  bucket_bytes: Sequence[float]) -> dict[str, float]:
     """The stage's interference factors from the profile's measured model, if it has one.
 
     The compute factor is the backward's: each operator class (GEMM, attention, the rest
@@ -514,8 +519,6 @@ def _interference(model: DurationModel, plan: StagePlan, bwd: dict[Op, float],
     if im is None or not bucket_bytes:
         return {}
     size = sum(bucket_bytes) / len(bucket_bytes)
-    if notes is not None:
-        _interference_size_note(model, [size], notes)
     compute = _compute_factor(im, plan.backward, bwd, size)
     if compute is None:
         return {}
@@ -523,15 +526,14 @@ def _interference(model: DurationModel, plan: StagePlan, bwd: dict[Op, float],
 
 
 def _interference_size_note(model: DurationModel, sizes: Sequence[float], notes: list[str]) -> None:
-    """A note when a collective that overlaps compute is outside the message sizes the profile's
-    interference was measured at (its factors are then the nearest measured size's)."""
-    im = getattr(model, "interference", None)
-    measured = getattr(im, "measured_sizes", lambda: None)()
-    if measured is None:
-        return
-    lo, hi = measured
-    outside = [b for b in sizes if b < lo or b > hi]
+    """A note when a collective that overlaps compute (``sizes``: a DDP stage's mean bucket, an FSDP2
+    gather, a CP send) is outside the message sizes the profile's interference was measured at (its
+    factors are then the nearest measured size's)."""
+    measured = getattr(getattr(model, "interference", None), "measured_sizes", lambda: None)()
+    outside = [b for b in sizes if measured is not None and not measured[0] <= b <= measured[1]]
     if outside:
+        assert measured is not None
+        lo, hi = measured
         mib = 2.0**20
         notes.append(f"profile {getattr(model, 'name', '?')!r}: compute-communication interference beside "
                      f"collectives of {min(outside) / mib:.3g}-{max(outside) / mib:.3g} MiB is priced at the nearest "
@@ -794,15 +796,25 @@ def build_costs(
             return _tp_overlapped(p, direction, count, rs_s, ag_s, fwd, bwd)
         return count * mp_s
 
-    # each plan's MP all-reduces priced where the flow shop runs them (``StagePlan.issue_mp``); they do
-    # not change between the power cap's compositions, so once
+    # What does not change between the power cap's compositions, once per plan: the MP all-reduces
+    # priced where the flow shop runs them (``StagePlan.issue_mp``), FSDP2's copies, and the notes on
+    # the sizes of the collectives that overlap compute
     mp_after: list[dict[tuple[str, OpKind], float]] = []
+    copies: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {}
     for p in plans:
         after: dict[tuple[str, OpKind], float] = {}
         for pass_, kind, entries, count in p.issue_mp:
             price = wanted[coll(CollKind.ALL_REDUCE, entries, mp_span)]
             after[pass_, kind] = after.get((pass_, kind), 0.0) + count * price
         mp_after.append(after)
+        s = p.index
+        if s in fsdp_pass:
+            copies[s] = _fsdp_copies(p, upd[fsdp_pass[s]], model, notes)
+        overlapped = [float(c.bytes) for c in fsdp_colls.get(s, ())[:1]] + \
+            [float(c.bytes) for c in cp_send.get(s, ())]
+        if dp_ar[s]:
+            overlapped.append(sum(float(c.bytes) for c in dp_ar[s]) / len(dp_ar[s]))  # _interference's mean
+        _interference_size_note(model, overlapped, notes)
 
     im = getattr(model, "interference", None)  # the profile's measured interference, if any
     cap: _PowerCap | None = getattr(model, "power_cap", None) if power_cap else None
@@ -821,15 +833,13 @@ def build_costs(
         in_steps = 0.0  # what measured interference adds to this stage's closed forms, per micro-batch
         if s in fsdp_colls:
             ag, rs, ag_root, rs_root = (wanted[c] for c in fsdp_colls[s])
-            (out_layer, in_layer), (out_root, in_root) = (
-                _fsdp_copies(p, upd[fsdp_pass[s]], model, notes) if s in fsdp_pass else ((0.0, 0.0), (0.0, 0.0)))
+            (out_layer, in_layer), (out_root, in_root) = copies.get(s, ((0.0, 0.0), (0.0, 0.0)))
             # every copy runs on the compute stream: the gathers' copy-outs, and the reduce-scatter's
             # copy-in (torch >= 2.6 ``foreach_reduce``: ``foreach_reduce_scatter_copy_in`` on the
             # current stream, then ``reduce_scatter_stream.wait_stream``; the lent hosts run 2.11)
             slow = (1.0, 1.0, 1.0)
             if im is not None:  # the gathers and reduce-scatters that overlap compute slow it, and it them
                 size = float(fsdp_colls[s][0].bytes)
-                _interference_size_note(model, [size], notes)
                 slow = (_compute_factor(im, p.forward, fwd, size) or 1.0,
                         _compute_factor(im, p.backward, bwd, size) or 1.0, im.collective_factor(None, size))
             fsdp_f, fsdp_b = _fsdp_exposed(p, ag, rs, ag_root, rs_root, fwd, bwd, slow)
@@ -846,7 +856,6 @@ def build_costs(
             cp_slow = (1.0, 1.0, 1.0, 1.0)
             if im is not None:  # the attention and the K/V send beside it slow each other
                 b_f, b_b = (float(c.bytes) for c in cp_send[s])
-                _interference_size_note(model, [b_f, b_b], notes)
                 cp_slow = (im.compute_factor("attention", b_f), im.collective_factor("attention", b_f),
                            im.compute_factor("attention", b_b), im.collective_factor("attention", b_b))
             cp_f, cp_b = _cp_exposed(p, one_f, one_b, fwd, bwd, cp_slow)
@@ -892,7 +901,7 @@ def build_costs(
             grad_accum_s=accum_s,
             dp_bucket_ready=dp_ready[s],
             fsdp_fwd_s=fsdp_f, fsdp_bwd_s=fsdp_b,
-            **_interference(model, p, bwd, [float(c.bytes) for c in dp_ar[s]], notes),
+            **_interference(model, p, bwd, [float(c.bytes) for c in dp_ar[s]]),
             **_host_fields(model, p, fwd_s, bwd_s, mp_f, mp_b, upd[p.optimizer] + accum_s, notes, (fwd, bwd),
                            mp_after[s]),
             compute_bound_s=_compute_bound_s(p, fwd, bwd, tc), power_cap_factor=factor,

@@ -127,6 +127,8 @@ def predict_row(row: dict[str, str], scenario: str, extra: list[str], cache_dir:
 
 
 def summarize(results: list[dict]) -> dict:
+    from trainsim.scenarios.compose import in_band
+
     n = len(results)
     mem = [abs(r["memory_error_pct"]) for r in results if r["memory_error_pct"] is not None]
     return {
@@ -138,8 +140,7 @@ def summarize(results: list[dict]) -> dict:
         "memory_max_abs_error_pct": max(mem) if mem else None,
         # where the host can set the pace: the rows with a host band, and those measured inside it
         "host_band_configurations": sum(1 for r in results if r.get("host_band_s")),
-        "inside_host_band": sum(1 for r in results if r.get("host_band_s")
-                                and r["host_band_s"][0] <= r["measured_s"] <= r["host_band_s"][1]),
+        "inside_host_band": sum(1 for r in results if in_band(r.get("host_band_s"), r["measured_s"])),
     }
 
 
