@@ -73,7 +73,7 @@ import csv
 import json
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,22 +94,40 @@ OVERLAP = {"eager": "overlapped", "dtensor_tp": "overlapped", "fsdp2": "overlapp
 
 #: the parts of a micro-batch outside its layers (validation/probe_head_host.py), in layers
 HEAD_TAIL_PARTS = ("head_fwd", "tail_fwd", "head_bwd", "tail_bwd")
-#: the runtimes whose head and tail the probe measured (Hugging Face's model, plain eager PyTorch)
-HEAD_TAIL_RUNTIMES = frozenset({"eager"})
+#: the runtimes a head and tail may be given for: not pipelined, so every micro-batch runs both ends
+#: (Hugging Face's model in plain eager PyTorch: validation/probe_head_host.py; under DTensor TP:
+#: validation/probe_parallel_head_host.py)
+HEAD_TAIL_RUNTIMES = frozenset({"eager", "dtensor_tp"})
 
 
-def read_head_tail(path: str) -> dict[str, float]:
-    """The medians of validation/probe_head_host.py's JSON lines (ConfigError naming the file)."""
+def read_head_tail(path: str, runtime: str = "eager") -> dict[str, float]:
+    """The medians of a head-and-tail probe's JSON lines for ``runtime`` (ConfigError naming the file).
+
+    validation/probe_head_host.py's lines have no ``layout`` and are the eager runtime's;
+    validation/probe_parallel_head_host.py's name their layout, and count for its runtime."""
     import statistics
 
     try:
         lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-        out = {k: float(statistics.median(float(r[k]) for r in lines)) for k in HEAD_TAIL_PARTS}
+        mine = [r for r in lines if (runtime_of(str(r["layout"])) if "layout" in r else "eager") == runtime]
+        if not mine:
+            raise ValueError(f"no line of the {runtime} runtime")
+        out = {k: float(statistics.median(float(r[k]) for r in mine)) for k in HEAD_TAIL_PARTS}
     except (OSError, ValueError, KeyError, TypeError, statistics.StatisticsError) as e:
-        raise ConfigError(path, f"not probe_head_host.py output: {e}") from None
+        raise ConfigError(path, f"not head-and-tail probe output: {e}") from None
     if not all(0 <= v < 10 for v in out.values()):
         raise ConfigError(path, f"head and tail must be 0 to 10 layers, got {out}")
     return out
+
+
+def parse_head_tail_arg(arg: str) -> tuple[str, str]:
+    """``--head-tail``'s ``[RUNTIME=]JSONL`` as (runtime, path); a plain path is the eager runtime's."""
+    rt, sep, path = arg.partition("=")
+    if not sep:
+        return "eager", arg
+    if rt not in HEAD_TAIL_RUNTIMES:
+        raise ConfigError("--head-tail", f"runtime {rt!r} takes no head and tail (one of {sorted(HEAD_TAIL_RUNTIMES)})")
+    return rt, path
 
 
 def runtime_of(layout: str) -> str | None:
@@ -151,12 +169,12 @@ def row_runtime(row: dict[str, str]) -> tuple[str | None, float]:
 
 
 def fit_host_overhead(rows: Iterable[dict[str, str]],
-                      head_tail: dict[str, float] | None = None,
+                      head_tail: Mapping[str, dict[str, float]] | None = None,
                       typical: str | None = None) -> dict[str, dict[str, Any]]:
     """Per runtime: ``per_iteration_s``, ``per_layer_s``, ``overlap``, ``rows``, ``leases`` and the
-    ``lease_factors`` of the machines it was measured on (see the module doc). ``head_tail`` (in
-    layers, :data:`HEAD_TAIL_PARTS`) adds the micro-batch's head and tail to the layer-steps of the
-    :data:`HEAD_TAIL_RUNTIMES` and is stored in their entries.
+    ``lease_factors`` of the machines it was measured on (see the module doc). ``head_tail`` (per
+    runtime of :data:`HEAD_TAIL_RUNTIMES`, in layers, :data:`HEAD_TAIL_PARTS`) adds that runtime's
+    micro-batch head and tail to its layer-steps and is stored in its entry.
 
     A row's ``lease`` (the machine it ran on; default ``"?"``) is a machine whose host runs at its
     own speed, the same for every runtime: time = factor(lease) * (per_iteration_s + per_layer_s *
@@ -174,14 +192,18 @@ def fit_host_overhead(rows: Iterable[dict[str, str]],
     """
     import numpy as np
 
+    ends = dict(head_tail or {})
+    for rt in ends:
+        if rt not in HEAD_TAIL_RUNTIMES:
+            raise ConfigError("host overhead", f"runtime {rt}: takes no head and tail")
     pts: list[tuple[str, float, float, str]] = []
     kind_machines: set[str] = set()
     for r in rows:
         rt, steps = row_runtime(r)
         if rt is None:
             continue
-        if head_tail and rt in HEAD_TAIL_RUNTIMES:  # not pipelined: every micro-batch runs both ends
-            steps += float(r["micro_batches"]) * sum(head_tail.values())
+        if rt in ends:  # not pipelined: every micro-batch runs both ends
+            steps += float(r["micro_batches"]) * sum(ends[rt].values())
         pts.append((rt, steps, float(r["min_s"]), r.get("lease") or "?"))
         if typical is not None and typical in r.get("device", ""):
             kind_machines.add(r.get("lease") or "?")
@@ -230,8 +252,8 @@ def fit_host_overhead(rows: Iterable[dict[str, str]],
                    "fitted_intercept_s": float(intercept), "overlap": OVERLAP[rt], "rows": int(sel.sum()),
                    "leases": len(seen), "lease_factors": {n: float(f[names.index(n)]) for n in seen},
                    "max_residual_s": float(np.abs(fitted - y[sel]).max())}
-        if head_tail and rt in HEAD_TAIL_RUNTIMES:
-            out[rt]["head_tail"] = dict(head_tail)
+        if rt in ends:
+            out[rt]["head_tail"] = dict(ends[rt])
     return out
 
 
@@ -316,14 +338,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="fit the runtimes' host cost from tiny-shape train_hf_parallel rows")
     ap.add_argument("csv", nargs="+")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--head-tail", metavar="JSONL", help="validation/probe_head_host.py output: the micro-batch's "
-                    "host work outside its layers, for the eager runtime")
+    ap.add_argument("--head-tail", metavar="[RUNTIME=]JSONL", action="append", default=[],
+                    help="a head-and-tail probe's output (validation/probe_head_host.py, the eager runtime's; "
+                         "validation/probe_parallel_head_host.py, RUNTIME=dtensor_tp): the micro-batch's host "
+                         "work outside its layers; once per runtime")
     ap.add_argument("--typical", metavar="DEVICE", help="normalise to the machines whose device column contains "
                     "this (e.g. H200): the lines of that GPU kind's typical host")
     args = ap.parse_args(argv)
     try:
         rows = read_rows(args.csv)
-        head_tail = read_head_tail(args.head_tail) if args.head_tail else None
+        sources = dict(parse_head_tail_arg(a) for a in args.head_tail)
+        if len(sources) < len(args.head_tail):
+            raise ConfigError("--head-tail", "one file per runtime")
+        head_tail = {rt: read_head_tail(path, rt) for rt, path in sources.items()}
         table = fit_host_overhead(rows, head_tail, args.typical)
     except ConfigError as e:
         print(f"host_overhead: error: {e}", file=sys.stderr)
@@ -334,8 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "(layers * micro_batches without a pipeline; micro_batches * (layers + the head and tail in "
                     "layers) where the runtime has head_tail)",
            "runtimes": table}
-    if args.head_tail:
-        doc["head_tail_source"] = Path(args.head_tail).as_posix()
+    if sources:
+        doc["head_tail_sources"] = {rt: Path(path).as_posix() for rt, path in sorted(sources.items())}
     if args.typical:
         doc["typical"] = args.typical
     Path(args.out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")

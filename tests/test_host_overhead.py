@@ -10,6 +10,7 @@ from trainsim.calibration.host_overhead import (
     fit_host_overhead,
     load_host_overhead,
     main,
+    parse_head_tail_arg,
     read_head_tail,
     read_rows,
     row_runtime,
@@ -338,12 +339,30 @@ def test_the_fit_counts_the_head_and_tail_as_layers_of_every_micro_batch():
     # runtimes' rows are untouched by them
     rows = [_row("1gpu", L, m, 0.001 + 0.002 * m * (L + 1.0)) for L, m in ((4, 4), (8, 4), (4, 8), (8, 8))]
     rows += [_row("tp2", L, m, 0.005 + 0.003 * L * m) for L, m in ((4, 4), (8, 4), (4, 8))]
-    t = fit_host_overhead(rows, HEAD_TAIL)
+    t = fit_host_overhead(rows, {"eager": HEAD_TAIL})
     assert t["eager"]["per_layer_s"] == pytest.approx(0.002) and t["eager"]["per_iteration_s"] == pytest.approx(0.001)
     assert t["eager"]["head_tail"] == HEAD_TAIL and "head_tail" not in t["dtensor_tp"]
     assert t["dtensor_tp"]["per_layer_s"] == pytest.approx(0.003)
     # without them the per-micro-batch term is absorbed: the line is another one
     assert fit_host_overhead(rows)["eager"]["per_layer_s"] != pytest.approx(0.002, rel=0.05)
+
+
+def test_each_runtime_fits_with_its_own_head_and_tail():
+    # DTensor TP rows made with 9 ms per layer-step, 3 ms per iteration and a head and tail of 1.5
+    # layers per micro-batch (its own, not the eager runtime's 1.0): each line is recovered
+    tp_ends = {"head_fwd": 0.3, "tail_fwd": 0.5, "head_bwd": 0.1, "tail_bwd": 0.6}
+    rows = [_row("1gpu", L, m, 0.001 + 0.002 * m * (L + 1.0)) for L, m in ((4, 4), (8, 4), (4, 8), (8, 8))]
+    rows += [_row("tp2", L, m, 0.003 + 0.009 * m * (L + 1.5)) for L, m in ((4, 4), (8, 4), (4, 8), (8, 8))]
+    t = fit_host_overhead(rows, {"eager": HEAD_TAIL, "dtensor_tp": tp_ends})
+    assert t["dtensor_tp"]["per_layer_s"] == pytest.approx(0.009)
+    assert t["dtensor_tp"]["per_iteration_s"] == pytest.approx(0.003)
+    assert t["dtensor_tp"]["head_tail"] == tp_ends and t["eager"]["per_layer_s"] == pytest.approx(0.002)
+    # the eager runtime's ends given to DTensor TP: another line (the per-micro-batch term differs)
+    assert fit_host_overhead(rows, {"eager": HEAD_TAIL, "dtensor_tp": HEAD_TAIL})["dtensor_tp"]["per_layer_s"] \
+        != pytest.approx(0.009, rel=0.02)
+    # a pipelined runtime takes none: its stages run one end each
+    with pytest.raises(ConfigError, match="dtensor_tp_pp"):
+        fit_host_overhead(rows, {"dtensor_tp_pp": tp_ends})
 
 
 def test_the_head_and_tail_are_the_probes_medians_and_a_bad_file_is_named(tmp_path):
@@ -358,6 +377,37 @@ def test_the_head_and_tail_are_the_probes_medians_and_a_bad_file_is_named(tmp_pa
     p.write_text(json.dumps({"head_fwd": 0.3}) + "\n")
     with pytest.raises(ConfigError, match="head.jsonl"):
         read_head_tail(str(p))
+
+
+def test_a_parallel_probes_lines_count_for_their_layouts_runtime(tmp_path):
+    import json
+
+    def line(layout: str, h: float) -> dict:
+        return {"layout": layout, "head_fwd": h, "tail_fwd": 0.4, "head_bwd": 0.05, "tail_bwd": 0.3}
+
+    p = tmp_path / "parallel_head.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in
+                         (line("1gpu", 0.5), line("tp2", 0.2), line("tp2", 0.3), line("tp4", 0.9))))
+    assert read_head_tail(str(p), "dtensor_tp")["head_fwd"] == pytest.approx(0.3)  # median of 0.2, 0.3, 0.9
+    assert read_head_tail(str(p), "eager")["head_fwd"] == pytest.approx(0.5)
+    with pytest.raises(ConfigError, match="no line of the fsdp2 runtime"):
+        read_head_tail(str(p), "fsdp2")
+    assert parse_head_tail_arg("dtensor_tp=a.jsonl") == ("dtensor_tp", "a.jsonl")
+    assert parse_head_tail_arg("a.jsonl") == ("eager", "a.jsonl")
+    with pytest.raises(ConfigError, match="--head-tail"):
+        parse_head_tail_arg("fsdp2=a.jsonl")
+
+
+def test_the_host_fit_command_refuses_two_files_for_one_runtime(tmp_path, capsys):
+    import json
+
+    rows = tmp_path / "rows.csv"
+    rows.write_text("layout,layers,micro_batches,min_s,lease,device\n1gpu,4,4,0.05,A,H100\n1gpu,8,4,0.09,A,H100\n")
+    head = tmp_path / "head.jsonl"
+    head.write_text(json.dumps(HEAD_TAIL) + "\n")
+    out = tmp_path / "host.json"
+    assert main([str(rows), "--head-tail", str(head), "--head-tail", f"eager={head}", "--out", str(out)]) == 2
+    assert "one file per runtime" in capsys.readouterr().err and not out.exists()
 
 
 def test_a_table_with_a_negative_head_is_refused(tmp_path):
@@ -536,8 +586,8 @@ def test_the_shipped_host_table_is_what_its_command_fits(tmp_path, monkeypatch):
     assert sorted(p.relative_to(root).as_posix() for p in sources) == sorted(shipped["source"])
     out = tmp_path / "host.json"
     monkeypatch.chdir(root)  # a lease-less file's machine is named by its folder and stem
-    assert main([str(p.relative_to(root)) for p in sources] + ["--head-tail", shipped["head_tail_source"],
-                                                                 "--out", str(out)]) == 0
+    ends = [a for rt, path in shipped["head_tail_sources"].items() for a in ("--head-tail", f"{rt}={path}")]
+    assert main([str(p.relative_to(root)) for p in sources] + ends + ["--out", str(out)]) == 0
     fitted = json.loads(out.read_text())["runtimes"]
     assert set(fitted) == set(shipped["runtimes"])
     for rt, v in shipped["runtimes"].items():
@@ -546,6 +596,8 @@ def test_the_shipped_host_table_is_what_its_command_fits(tmp_path, monkeypatch):
         assert fitted[rt]["lease_factors"] == pytest.approx(v["lease_factors"], rel=1e-9), rt
         assert fitted[rt].get("head_tail") == v.get("head_tail"), rt
     assert 1.0 < sum(shipped["runtimes"]["eager"]["head_tail"].values()) < 1.3
+    # DTensor TP's, measured: about a layer of its own (validation/probe_parallel_head_host.py)
+    assert 0.8 < sum(shipped["runtimes"]["dtensor_tp"]["head_tail"].values()) < 1.3
 
 
 def test_a_host_bound_note_gives_the_spread_of_every_machine_measured():

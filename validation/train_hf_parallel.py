@@ -472,9 +472,12 @@ def build_trainer(env: Env, layout: Layout, shape: Shape, args) -> Trainer:
     # seconds to issue its forward and its backward, the GPU drained before ("before") or also
     # after each of them ("each"); per iteration the update's. Read at each call: the probe turns
     # it on after warm-up.
+    # validation/probe_parallel_head_host.py's clock (None in a measured run): per micro-batch the
+    # host's clock after the GPU is drained, after the loss's forward and after its backward
     def micro_step(x):
         phase_log, phase_sync = getattr(args, "phase_log", None), getattr(args, "phase_sync", "before")
-        if phase_log is not None:
+        clock = getattr(args, "mb_clock", None)
+        if phase_log is not None or clock is not None:
             env.sync()
             t0 = time.perf_counter()
         with loss_ctx():
@@ -483,11 +486,13 @@ def build_trainer(env: Env, layout: Layout, shape: Shape, args) -> Trainer:
                     loss = shifted_ce(net(input_ids=x).logits, x)
                 else:
                     loss = net(input_ids=x, labels=x).loss
-            if phase_log is not None:
-                if phase_sync == "each":
+            if phase_log is not None or clock is not None:
+                if phase_sync == "each" and phase_log is not None:
                     env.sync()
                 t1 = time.perf_counter()
             loss.backward()  # inside loss_parallel, as its docs require
+        if clock is not None:
+            clock.append((t0, t1, time.perf_counter()))
         if phase_log is not None:
             if phase_sync == "each":
                 env.sync()

@@ -1,0 +1,59 @@
+"""validation/probe_parallel_head_host.py: its marks come in the order of a micro-batch, and the
+parts it reports add up to the micro-batch and are in units of a layer."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
+
+import probe_parallel_head_host as probe  # noqa: E402
+
+
+class _Inner(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+
+
+class _Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Linear(4, 4)
+        self.gpt_neox = _Inner()
+
+    def forward(self, x):
+        x = self.embed(x)
+        for layer in self.gpt_neox.layers:
+            x = layer(x)
+        return x.sum()
+
+
+def test_the_marks_follow_a_micro_batch_and_its_parts_add_up():
+    model, marks = _Model(), {}
+    probe.install_marks(model, marks)
+    parts: dict[str, list[float]] = {}
+    clock = probe.MicroBatchClock(marks, parts)
+    for _ in range(2):
+        t0 = probe.time.perf_counter()
+        loss = model(torch.ones(2, 4))
+        t1 = probe.time.perf_counter()
+        loss.backward()
+        t2 = probe.time.perf_counter()
+        assert t0 < marks["f0>"] < marks["fN<"] < t1 < marks["bN>"] < marks["b0<"] < t2
+        clock.append((t0, t1, t2))
+        assert sum(v[-1] for v in parts.values()) == pytest.approx(t2 - t0)
+    assert all(len(v) == 2 and min(v) > 0 for v in parts.values()) and len(parts) == 6
+
+
+def test_the_ends_are_in_layers():
+    # two layers: 6 ms forward and 10 ms backward (medians), so a layer's forward and backward is 8 ms;
+    # the head's forward, 2 ms, is a quarter of a layer
+    parts = {"layers_fwd": [0.006, 0.006, 0.007], "layers_bwd": [0.010, 0.009, 0.010], "head_fwd": [0.002] * 3,
+             "tail_fwd": [0.004] * 3, "head_bwd": [0.001] * 3, "tail_bwd": [0.008] * 3}
+    got = probe.in_layers(parts, 2)
+    assert got["layer_us"] == pytest.approx(8000.0)
+    ends = (got["head_fwd"], got["tail_fwd"], got["head_bwd"], got["tail_bwd"])
+    assert ends == pytest.approx((0.25, 0.5, 0.125, 1.0))

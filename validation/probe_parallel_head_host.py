@@ -1,0 +1,152 @@
+"""The host time of a micro-batch outside its layers, in layers, in the parallel trainers' runtimes.
+
+``validation/probe_head_host.py`` measured it for the eager runtime (one GPU, plain PyTorch): the
+head (embedding, causal mask, rotary tables) and the tail (final norm, LM head, loss) cost 1.13
+layers of host time per micro-batch. DTensor tensor parallelism runs other heads and tails: a
+vocabulary-parallel embedding (masked lookup, all-reduce), a column-parallel LM head whose logits
+stay sharded, and the cross-entropy under ``loss_parallel`` (its max, sum and target-gather
+reductions over the vocabulary shards), each a DTensor operator with its sharding propagation. The
+host line of ``dtensor_tp`` was fitted without them (``calibration/host_overhead.py``), so a
+micro-batch's fixed host cost sat in the per-layer and per-iteration terms, and the host-GPU flow
+shop (``sim/costs.py`` ``issue_flow_shop``) spread it over every operator instead of putting it
+where the GPU waits for it: at the micro-batch's start, after the synchronisation.
+
+This probe runs ``validation/train_hf_parallel.py``'s own trainer (``--layouts``: 1gpu in one
+process, tp2 under torchrun) at the tiny host shapes (``validation/hf_parallel_shapes_host.csv``:
+every operator host-bound), drains the GPU before each micro-batch and notes the host's clock at
+the micro-batch's start, entering the first layer, leaving the last, after the loss, when the
+backward reaches the last layer's output and the first layer's input (gradient hooks), and at the
+backward's end. Per (layout, shape, rank), after ``--warmup`` iterations, ``--iters`` timed ones:
+one JSON line with each part's median in microseconds and in units of one layer's forward plus
+backward host time (``head_fwd``, ``tail_fwd``, ``head_bwd``, ``tail_bwd``: the keys
+``calibration/host_overhead.py --head-tail`` reads).
+
+    PYTHONPATH=. python validation/probe_parallel_head_host.py --layouts 1gpu --out head.jsonl
+    PYTHONPATH=. torchrun --nproc-per-node 2 validation/probe_parallel_head_host.py --layouts tp2 --out head.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import probe_common  # noqa: E402
+import train_hf_parallel as thp  # noqa: E402
+
+PARTS = ("head_fwd", "tail_fwd", "head_bwd", "tail_bwd")
+
+
+def install_marks(model, marks: dict[str, float]) -> None:
+    """Hooks on the first and last layer only (cheap Python calls, so a layer's cost is not
+    inflated): the host's clock entering layer 0 and leaving the last layer, and, through gradient
+    hooks on those hidden states, when the backward reaches them."""
+    layers = list(model.gpt_neox.layers)
+
+    def tensor_mark(name: str):
+        def hook(grad):
+            marks[name] = time.perf_counter()
+            return grad
+        return hook
+
+    def first_pre(_mod, args, kwargs):
+        marks["f0>"] = time.perf_counter()
+        hidden = args[0] if args else kwargs["hidden_states"]
+        if hidden.requires_grad:
+            hidden.register_hook(tensor_mark("b0<"))
+
+    def last_post(_mod, _args, _kwargs, out):
+        marks["fN<"] = time.perf_counter()
+        hidden = out[0] if isinstance(out, tuple) else out
+        hidden.register_hook(tensor_mark("bN>"))
+
+    layers[0].register_forward_pre_hook(first_pre, with_kwargs=True)
+    layers[-1].register_forward_hook(last_post, with_kwargs=True)
+
+
+def split(marks: dict[str, float], t0: float, t1: float, t2: float) -> dict[str, float]:
+    """One micro-batch's parts in seconds: ``t0`` its start (GPU drained), ``t1`` the loss
+    computed, ``t2`` the backward issued; ``marks`` from :func:`install_marks`."""
+    return {"head_fwd": marks["f0>"] - t0, "layers_fwd": marks["fN<"] - marks["f0>"],
+            "tail_fwd": t1 - marks["fN<"], "tail_bwd": marks["bN>"] - t1,
+            "layers_bwd": marks["b0<"] - marks["bN>"], "head_bwd": t2 - marks["b0<"]}
+
+
+class MicroBatchClock(list):
+    """The trainer's ``mb_clock``: each micro-batch's parts, split as it ends, appended to ``parts``."""
+
+    def __init__(self, marks: dict[str, float], parts: dict[str, list[float]]) -> None:
+        super().__init__()
+        self.marks, self.parts = marks, parts
+
+    def append(self, stamps: tuple[float, float, float]) -> None:  # type: ignore[override]
+        for k, v in split(self.marks, *stamps).items():
+            self.parts.setdefault(k, []).append(v)
+
+
+def in_layers(parts: dict[str, list[float]], layers: int) -> dict:
+    """Medians in microseconds, and the four ends in units of one layer's forward plus backward."""
+    med = {k: statistics.median(v) for k, v in parts.items()}
+    layer = (med["layers_fwd"] + med["layers_bwd"]) / layers
+    out: dict = {k: med[k] / layer for k in PARTS}
+    out.update({f"{k}_us": v * 1e6 for k, v in med.items()})
+    out["layer_us"] = layer * 1e6
+    out["layers"] = layers
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layouts", default="tp2", help="comma-separated; those of this world size run")
+    ap.add_argument("--shapes", default="validation/hf_parallel_shapes_host.csv")
+    ap.add_argument("--only", default=None)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    import torch
+    import torch.distributed as dist
+
+    env = probe_common.start(torch, dist)
+    for name in args.layouts.split(","):
+        layout = thp.parse_layout(name)
+        if layout.world != env.world:
+            continue
+        for shape in thp.read_shapes(args.shapes, args.only.split(",") if args.only else None):
+            marks: dict[str, float] = {}
+            targs = thp.build_parser().parse_args(["--layouts", name, "--out", "/dev/null"])
+            targs.dtype = "bf16" if env.cuda else "fp32"
+            targs.on_model = lambda model, marks=marks: install_marks(model, marks)
+            trainer = thp.build_trainer(env, layout, shape, targs)
+            for _ in range(args.warmup):
+                trainer.step()
+            parts: dict[str, list[float]] = {}
+            # the trainer appends (start, loss, end) once a micro-batch is issued, while the hooks'
+            # marks are still that micro-batch's
+            targs.mb_clock = MicroBatchClock(marks, parts)
+            for _ in range(args.iters):
+                trainer.step()
+            targs.mb_clock = None
+            row = {"layout": name, "name": shape.name, "rank": env.rank, "iters": args.iters,
+                   "micro_batches": shape.micro_batches, **in_layers(parts, shape.layers),
+                   "device": probe_common.device_name(torch, env), "torch": torch.__version__}
+            with open(args.out, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+            if env.rank == 0:
+                print(f"{name} {shape.name}: head fwd {row['head_fwd']:.2f}, tail fwd {row['tail_fwd']:.2f}, "
+                      f"head bwd {row['head_bwd']:.2f}, tail bwd {row['tail_bwd']:.2f} layers "
+                      f"(a layer {row['layer_us']:.0f} us)", flush=True)
+            trainer = None
+            env.barrier()
+            thp.free_memory(env)
+    return probe_common.finish(env)
+
+
+if __name__ == "__main__":
+    probe_common.entry(main)
