@@ -37,6 +37,17 @@ per-iteration terms: a least-squares fit with a free per-micro-batch term over t
 time; the flow shop keeps the even split between forward and backward (docs/multi_gpu.md says
 why: with 0.41 the tables got worse, and what makes them disagree is not known).
 
+DTensor TP runs other ends: a vocabulary-parallel embedding, a column-parallel LM head whose
+logits stay sharded, and the cross-entropy under ``loss_parallel``, each a DTensor operator.
+``validation/probe_parallel_head_host.py`` times them in the trainer itself (``--head-tail
+dtensor_tp=JSONL``; ``fsdp2_tp=JSONL`` for FSDP2 over TP, whose root unit adds its hooks; a runtime
+given several files takes the median over all their lines). On four H200 hosts (2026-11-28):
+DTensor TP 1.01 layers per micro-batch (tp2 and tp4 alike: head forward 0.27, tail forward 0.35,
+head backward 0.06, tail backward 0.33), FSDP2 x TP 1.33. Fitted without them, the per-micro-batch
+cost sat in the intercept: 29.7 ms per iteration for DTensor TP and 56 ms for FSDP2 x TP, where the
+probe times the update (optimizer step and ``zero_grad``) at 2-5 and 3-7 ms; with them the
+intercepts are 1.3 and 9.7 ms.
+
 Host and GPU work overlap: PyTorch issues kernels asynchronously, so a step takes the longer of
 the two (``overlap: overlapped``; a "serial" runtime would add them). Checked on the GPUs with
 validation/probe_host.py: the only host-GPU synchronisations are one per micro-batch (Hugging
@@ -63,6 +74,12 @@ that measured no train_hf_parallel.py runtime, so their factors are normalised a
 
     python -m trainsim.calibration.host_overhead validation/measured_hf_parallel_h100_host_*.csv \\
         validation/train3d_host_h*/tiny.csv --head-tail validation/head_host_h100_machineY/head_host.jsonl \\
+        --head-tail dtensor_tp=validation/parallel_head_host_h200_2gpu_machineBE/parallel_head_host.jsonl \\
+        --head-tail dtensor_tp=validation/parallel_head_host_h200_2gpu_machineBF/parallel_head_host.jsonl \\
+        --head-tail dtensor_tp=validation/parallel_head_host_h200_4gpu_machineBG/parallel_head_host.jsonl \\
+        --head-tail dtensor_tp=validation/parallel_head_host_h200_4gpu_machineBH/parallel_head_host.jsonl \\
+        --head-tail fsdp2_tp=validation/parallel_head_host_h200_4gpu_machineBG/parallel_head_host.jsonl \\
+        --head-tail fsdp2_tp=validation/parallel_head_host_h200_4gpu_machineBH/parallel_head_host.jsonl \\
         --out calibration/profiles/h100-sxm-bf16/host_overhead.json
 """
 
@@ -95,28 +112,34 @@ OVERLAP = {"eager": "overlapped", "dtensor_tp": "overlapped", "fsdp2": "overlapp
 #: the parts of a micro-batch outside its layers (validation/probe_head_host.py), in layers
 HEAD_TAIL_PARTS = ("head_fwd", "tail_fwd", "head_bwd", "tail_bwd")
 #: the runtimes a head and tail may be given for: not pipelined, so every micro-batch runs both ends
-#: (Hugging Face's model in plain eager PyTorch: validation/probe_head_host.py; under DTensor TP:
-#: validation/probe_parallel_head_host.py)
-HEAD_TAIL_RUNTIMES = frozenset({"eager", "dtensor_tp"})
+#: (Hugging Face's model in plain eager PyTorch: validation/probe_head_host.py; under DTensor TP, alone
+#: or inside FSDP2: validation/probe_parallel_head_host.py)
+HEAD_TAIL_RUNTIMES = frozenset({"eager", "dtensor_tp", "fsdp2_tp"})
 
 
-def read_head_tail(path: str, runtime: str = "eager") -> dict[str, float]:
-    """The medians of a head-and-tail probe's JSON lines for ``runtime`` (ConfigError naming the file).
+def read_head_tail(paths: str | Sequence[str], runtime: str = "eager") -> dict[str, float]:
+    """The medians over head-and-tail probes' JSON lines of ``runtime`` in ``paths`` (one file or
+    several: one per machine; ConfigError naming the file).
 
     validation/probe_head_host.py's lines have no ``layout`` and are the eager runtime's;
     validation/probe_parallel_head_host.py's name their layout, and count for its runtime."""
     import statistics
 
-    try:
-        lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-        mine = [r for r in lines if (runtime_of(str(r["layout"])) if "layout" in r else "eager") == runtime]
-        if not mine:
-            raise ValueError(f"no line of the {runtime} runtime")
-        out = {k: float(statistics.median(float(r[k]) for r in mine)) for k in HEAD_TAIL_PARTS}
-    except (OSError, ValueError, KeyError, TypeError, statistics.StatisticsError) as e:
-        raise ConfigError(path, f"not head-and-tail probe output: {e}") from None
+    mine: list[dict] = []
+    for path in [paths] if isinstance(paths, str) else paths:
+        try:
+            lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+            of_rt = [r for r in lines if (runtime_of(str(r["layout"])) if "layout" in r else "eager") == runtime]
+            if not of_rt:
+                raise ValueError(f"no line of the {runtime} runtime")
+            for r in of_rt:
+                mine.append({k: float(r[k]) for k in HEAD_TAIL_PARTS})
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ConfigError(path, f"not head-and-tail probe output: {e}") from None
+    out = {k: float(statistics.median(r[k] for r in mine)) for k in HEAD_TAIL_PARTS}
     if not all(0 <= v < 10 for v in out.values()):
-        raise ConfigError(path, f"head and tail must be 0 to 10 layers, got {out}")
+        raise ConfigError(",".join([paths] if isinstance(paths, str) else paths),
+                          f"head and tail must be 0 to 10 layers, got {out}")
     return out
 
 
@@ -340,17 +363,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--head-tail", metavar="[RUNTIME=]JSONL", action="append", default=[],
                     help="a head-and-tail probe's output (validation/probe_head_host.py, the eager runtime's; "
-                         "validation/probe_parallel_head_host.py, RUNTIME=dtensor_tp): the micro-batch's host "
-                         "work outside its layers; once per runtime")
+                         "validation/probe_parallel_head_host.py, RUNTIME=dtensor_tp or fsdp2_tp): the micro-batch's "
+                         "host work outside its layers; a runtime given several files takes the median of all")
     ap.add_argument("--typical", metavar="DEVICE", help="normalise to the machines whose device column contains "
                     "this (e.g. H200): the lines of that GPU kind's typical host")
     args = ap.parse_args(argv)
     try:
         rows = read_rows(args.csv)
-        sources = dict(parse_head_tail_arg(a) for a in args.head_tail)
-        if len(sources) < len(args.head_tail):
-            raise ConfigError("--head-tail", "one file per runtime")
-        head_tail = {rt: read_head_tail(path, rt) for rt, path in sources.items()}
+        sources: dict[str, list[str]] = {}
+        for a in args.head_tail:
+            rt, path = parse_head_tail_arg(a)
+            sources.setdefault(rt, []).append(path)
+        head_tail = {rt: read_head_tail(paths, rt) for rt, paths in sources.items()}
         table = fit_host_overhead(rows, head_tail, args.typical)
     except ConfigError as e:
         print(f"host_overhead: error: {e}", file=sys.stderr)
@@ -362,7 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "layers) where the runtime has head_tail)",
            "runtimes": table}
     if sources:
-        doc["head_tail_sources"] = {rt: Path(path).as_posix() for rt, path in sorted(sources.items())}
+        doc["head_tail_sources"] = {rt: [Path(p).as_posix() for p in paths] for rt, paths in sorted(sources.items())}
     if args.typical:
         doc["typical"] = args.typical
     Path(args.out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")

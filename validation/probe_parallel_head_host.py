@@ -19,7 +19,8 @@ backward reaches the last layer's output and the first layer's input (gradient h
 backward's end. Per (layout, shape, rank), after ``--warmup`` iterations, ``--iters`` timed ones:
 one JSON line with each part's median in microseconds and in units of one layer's forward plus
 backward host time (``head_fwd``, ``tail_fwd``, ``head_bwd``, ``tail_bwd``: the keys
-``calibration/host_overhead.py --head-tail`` reads).
+``calibration/host_overhead.py --head-tail`` reads), and the update's (optimizer step and
+``zero_grad``, the GPU drained before it: ``update``), a check on the host line's per-iteration term.
 
     PYTHONPATH=. python validation/probe_parallel_head_host.py --layouts 1gpu --out head.jsonl
     PYTHONPATH=. torchrun --nproc-per-node 2 validation/probe_parallel_head_host.py --layouts tp2 --out head.jsonl
@@ -94,7 +95,7 @@ def in_layers(parts: dict[str, list[float]], layers: int) -> dict:
     """Medians in microseconds, and the four ends in units of one layer's forward plus backward."""
     med = {k: statistics.median(v) for k, v in parts.items()}
     layer = (med["layers_fwd"] + med["layers_bwd"]) / layers
-    out: dict = {k: med[k] / layer for k in PARTS}
+    out: dict = {k: med[k] / layer for k in (*PARTS, "update") if k in med}
     out.update({f"{k}_us": v * 1e6 for k, v in med.items()})
     out["layer_us"] = layer * 1e6
     out["layers"] = layers
@@ -130,9 +131,11 @@ def main() -> int:
             # the trainer appends (start, loss, end) once a micro-batch is issued, while the hooks'
             # marks are still that micro-batch's
             targs.mb_clock = MicroBatchClock(marks, parts)
+            targs.phase_log, targs.phase_sync = [], "before"  # the update's host time, the GPU drained first
             for _ in range(args.iters):
                 trainer.step()
-            targs.mb_clock = None
+            parts["update"] = [a for kind, a, _ in targs.phase_log if kind == "update"]
+            targs.mb_clock = targs.phase_log = None
             row = {"layout": name, "name": shape.name, "rank": env.rank, "iters": args.iters,
                    "micro_batches": shape.micro_batches, **in_layers(parts, shape.layers),
                    "device": probe_common.device_name(torch, env), "torch": torch.__version__}
@@ -140,8 +143,8 @@ def main() -> int:
                 fh.write(json.dumps(row) + "\n")
             if env.rank == 0:
                 print(f"{name} {shape.name}: head fwd {row['head_fwd']:.2f}, tail fwd {row['tail_fwd']:.2f}, "
-                      f"head bwd {row['head_bwd']:.2f}, tail bwd {row['tail_bwd']:.2f} layers "
-                      f"(a layer {row['layer_us']:.0f} us)", flush=True)
+                      f"head bwd {row['head_bwd']:.2f}, tail bwd {row['tail_bwd']:.2f}, "
+                      f"update {row.get('update', 0):.2f} layers (a layer {row['layer_us']:.0f} us)", flush=True)
             trainer = None
             env.barrier()
             thp.free_memory(env)
