@@ -12,33 +12,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
 import probe_parallel_head_host as probe  # noqa: E402
 
 
-class _Inner(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+def _model_with_layers(n: int):
+    """A module with ``gpt_neox.layers`` (what the hooks look for) and a head before them."""
+    model = torch.nn.Module()
+    model.embed = torch.nn.Linear(4, 4)
+    model.gpt_neox = torch.nn.Module()
+    model.gpt_neox.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(n))
 
-
-class _Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed = torch.nn.Linear(4, 4)
-        self.gpt_neox = _Inner()
-
-    def forward(self, x):
-        x = self.embed(x)
-        for layer in self.gpt_neox.layers:
+    def loss(x):
+        x = model.embed(x)
+        for layer in model.gpt_neox.layers:
             x = layer(x)
         return x.sum()
 
+    return model, loss
+
 
 def test_the_marks_follow_a_micro_batch_and_its_parts_add_up():
-    model, marks = _Model(), {}
+    (model, forward), marks = _model_with_layers(3), {}
     probe.install_marks(model, marks)
     parts: dict[str, list[float]] = {}
     clock = probe.MicroBatchClock(marks, parts)
     for _ in range(2):
         t0 = probe.time.perf_counter()
-        loss = model(torch.ones(2, 4))
+        loss = forward(torch.ones(2, 4))
         t1 = probe.time.perf_counter()
         loss.backward()
         t2 = probe.time.perf_counter()

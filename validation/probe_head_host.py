@@ -21,9 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from probe_parallel_head_host import in_layers, install_marks, split  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,28 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     x = torch.randint(0, cfg.vocab_size, (1, 64), device=dev)
     amp = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if dev.type == "cuda" else contextlib.nullcontext
     marks: dict[str, float] = {}
-    layers = list(model.gpt_neox.layers)
-
-    def tensor_mark(name: str):
-        def hook(grad):
-            marks[name] = time.perf_counter()
-            return grad
-        return hook
-
-    def first_pre(_mod, args, kwargs):  # the hidden state entering layer 0: its gradient ends the layers' backward
-        marks["f0>"] = time.perf_counter()
-        hidden = args[0] if args else kwargs["hidden_states"]
-        if hidden.requires_grad:
-            hidden.register_hook(tensor_mark("b0<"))
-
-    def last_post(_mod, _args, _kwargs, out):  # the last layer's output: its gradient starts the layers' backward
-        marks["fN<"] = time.perf_counter()
-        hidden = out[0] if isinstance(out, tuple) else out
-        hidden.register_hook(tensor_mark("bN>"))
-
     # hooks on the first and last layer only (cheap Python calls), so a layer's cost is not inflated
-    layers[0].register_forward_pre_hook(first_pre, with_kwargs=True)
-    layers[-1].register_forward_hook(last_post, with_kwargs=True)
+    install_marks(model, marks)
     parts: dict[str, list[float]] = {}
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     for it in range(args.warmup + args.iters):
@@ -86,17 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         sync()
         if it < args.warmup:
             continue
-        seg = {"head_fwd": marks["f0>"] - t0, "tail_fwd": t1 - marks["fN<"],
-               "layers_fwd": marks["fN<"] - marks["f0>"], "tail_bwd": marks["bN>"] - t1,
-               "head_bwd": t2 - marks["b0<"], "layers_bwd": marks["b0<"] - marks["bN>"],
-               "fwd": t1 - t0, "bwd": t2 - t1}
-        for k, v in seg.items():
+        for k, v in {**split(marks, t0, t1, t2), "fwd": t1 - t0, "bwd": t2 - t1}.items():
             parts.setdefault(k, []).append(v)
-    med = {k: statistics.median(v) for k, v in parts.items()}
-    layer = (med["layers_fwd"] + med["layers_bwd"]) / n
-    out = {k: med[k] / layer for k in ("head_fwd", "tail_fwd", "head_bwd", "tail_bwd")}
-    out.update({f"{k}_us": v * 1e6 for k, v in med.items()})
-    out["layers"] = n
+    out = in_layers(parts, n)
     out["device"] = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     out["torch"] = torch.__version__
     json.dump(out, sys.stdout)
