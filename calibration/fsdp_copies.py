@@ -1,19 +1,21 @@
-"""FSDP2's copy kernels, measured: what the all-gather's copy-out and the reduce-scatter's copy-in cost.
+"""FSDP2's copy kernels, measured: what the all-gather's copy-in and copy-out and the reduce-scatter's copy-in cost.
 
-FSDP2 (``fully_shard``) copies every parameter of a unit out of the all-gather's flat output into
-the unsharded parameters (``split_with_sizes_copy``) and every unsharded gradient into the
-reduce-scatter's flat input (``_chunk_cat``), both on the compute stream (``sim/costs.py`` says
-where each runs). They are memory-bound copies, but neither runs at the rate of the gradient
-accumulation's ``add`` that priced them before: ``validation/probe_fsdp_copies.py`` timed the three
-on the tensors of a GPT-NeoX layer and of the root unit (embedding and LM head), hidden 512–8192,
-world 2 and 4, on one GPU. At hidden 4096, world 2, per byte read and written:
+FSDP2 (``fully_shard``) copies the rank's shards into the all-gather's flat input
+(``_foreach_copy_``, on the all-gather's stream before the collective), every parameter of a unit
+out of the all-gather's flat output into the unsharded parameters (``split_with_sizes_copy``) and
+every unsharded gradient into the reduce-scatter's flat input (``_chunk_cat``), the last two on the
+compute stream (``sim/costs.py`` says where each runs). They are memory-bound copies, but none
+runs at the rate of the gradient accumulation's ``add`` that priced the last two before:
+``validation/probe_fsdp_copies.py`` timed the four on the tensors of a GPT-NeoX layer and of the
+root unit (embedding and LM head), hidden 512–8192, world 2 and 4, on one GPU. At hidden 4096,
+world 2, per byte read and written:
 
-========  ==========  ==========  ==========
-GPU       copy-out    chunk_cat   accumulate
-========  ==========  ==========  ==========
-H200      3.96 TB/s   3.30 TB/s   4.24 TB/s
-H100      2.82 TB/s   2.60 TB/s   2.99 TB/s
-========  ==========  ==========  ==========
+========  ==========  ==========  ==========  ==========
+GPU       copy-in     copy-out    chunk_cat   accumulate
+========  ==========  ==========  ==========  ==========
+H200      3.71 TB/s   3.96 TB/s   3.30 TB/s   4.24 TB/s
+H100      2.52 TB/s   2.82 TB/s   2.60 TB/s   2.99 TB/s
+========  ==========  ==========  ==========  ==========
 
 (``validation/fsdp_copies_h200_machineAX``, ``validation/fsdp_copies_h100_machineAY``.) A
 kernel trace of the trainer (fsdp2 d4096-L6, H200) ran the same kernels in 0.40 and 0.47 ms per
@@ -48,9 +50,13 @@ from typing import Any
 from trainsim.operators.errors import ConfigError, show
 
 FSDP_COPIES_FILE = "fsdp_copies.json"
-#: the copies the simulation prices (the probe's ``copy_in`` runs on its own stream, ``accumulate`` is
-#: the reference): the all-gather's copy-out and the reduce-scatter's copy-in
-COPIES = ("copy_out", "chunk_cat")
+#: the copies the simulation prices (the probe's ``accumulate`` is the reference): the all-gather's
+#: copy-in (on the all-gather's stream, before the collective) and copy-out, and the reduce-scatter's
+#: copy-in (``chunk_cat``)
+COPIES = ("copy_in", "copy_out", "chunk_cat")
+#: the copies a table must have; one without ``copy_in`` (written before 2026-11-28) leaves the
+#: all-gather's copy-in uncharged, as the simulation did then
+REQUIRED_COPIES = ("copy_out", "chunk_cat")
 
 
 @dataclass(frozen=True)
@@ -81,10 +87,14 @@ class FSDPCopyRates:
             if any(b2 <= b1 for (b1, _), (b2, _) in zip(pts, pts[1:], strict=False)):
                 raise ConfigError(where, "sizes must increase strictly")
             checked[(op, world)] = pts
-        for op in COPIES:
+        for op in REQUIRED_COPIES:
             if not any(o == op for o, _ in checked):
                 raise ConfigError("fsdp_copies", f"no curve for {op}")
         object.__setattr__(self, "curves", MappingProxyType(checked))
+
+    def has(self, op: str) -> bool:
+        """Whether the table has a curve for copy ``op``."""
+        return any(o == op for o, _ in self.curves)
 
     def seconds(self, op: str, world: int, nbytes: float) -> tuple[float, bool]:
         """(seconds of copy ``op`` moving ``nbytes`` over ``world`` ranks, whether that was measured:

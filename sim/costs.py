@@ -11,7 +11,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -358,22 +358,37 @@ def _fsdp_full_pass(plan: StagePlan) -> Op:
     return dataclasses.replace(plan.grad_accum, mp=plan.grad_accum.mp // plan.fsdp.ranks)
 
 
-def _fsdp_copies(plan: StagePlan, full_pass_s: float, model: DurationModel,
-                 notes: list[str]) -> tuple[tuple[float, float], tuple[float, float]]:
-    """Seconds of FSDP2's copies per gather or reduce-scatter: ((copy-out, copy-in) of one layer
-    unit, (copy-out, copy-in) of the root unit).
+class FSDPCopies(NamedTuple):
+    """Seconds of FSDP2's copies per gather or reduce-scatter of one layer unit and of the root unit:
+    the all-gather's copy-in (``gather_in``: the rank's shards into the flat input, on the
+    all-gather's stream before the collective), its copy-out (``out``: into the unsharded
+    parameters, on the compute stream) and the reduce-scatter's copy-in (``cat``: ``_chunk_cat`` of
+    the unsharded gradients, on the compute stream)."""
 
-    FSDP2 all-gathers into one flat buffer and copies the result out into the unsharded
-    parameters (``foreach_all_gather_copy_out``: ``split_with_sizes_copy``, on the compute stream),
-    and copies the unsharded gradients into the reduce-scatter's input (``_chunk_cat``, also on the
-    compute stream since torch 2.6, before the reduce-scatter stream waits for it; earlier versions
-    ran it on that stream): each reads and writes the unit's fp32 values, 8 bytes per parameter.
-    Priced from the profile's measured copy kernels (``fsdp_copies.json``,
-    :mod:`trainsim.calibration.fsdp_copies`); a profile without them prices both at the rate of its
-    measured accumulation pass over the same parameters (12 bytes per parameter: read two
-    gradients, write one), which runs 6-28 % faster per byte than the copies (H100 and H200, hidden
-    1024-8192). (The all-gather's copy-in, ``_foreach_copy_`` of the shards, runs on a stream of its
-    own beside the compute and is not charged.)
+    out_layer: float
+    cat_layer: float
+    out_root: float
+    cat_root: float
+    gather_in_layer: float = 0.0
+    gather_in_root: float = 0.0
+
+
+def _fsdp_copies(plan: StagePlan, full_pass_s: float, model: DurationModel, notes: list[str]) -> FSDPCopies:
+    """Seconds of FSDP2's copies of the stage's units (:class:`FSDPCopies`).
+
+    FSDP2 copies the rank's shards into one flat buffer (``all_gather_copy_in``: ``_foreach_copy_``,
+    on the all-gather's copy-in stream, which the collective waits for), all-gathers it and copies
+    the result out into the unsharded parameters (``foreach_all_gather_copy_out``:
+    ``split_with_sizes_copy``, on the compute stream), and copies the unsharded gradients into the
+    reduce-scatter's input (``_chunk_cat``, also on the compute stream since torch 2.6, before the
+    reduce-scatter stream waits for it; earlier versions ran it on that stream). The copy-out and
+    ``_chunk_cat`` read and write the unit's fp32 values, 8 bytes per parameter; the copy-in the
+    rank's shard of them, 1/dp of that. Priced from the profile's measured copy kernels
+    (``fsdp_copies.json``, :mod:`trainsim.calibration.fsdp_copies`); a profile without them prices
+    the copy-out and ``_chunk_cat`` at the rate of its measured accumulation pass over the same
+    parameters (12 bytes per parameter: read two gradients, write one), which runs 6-28 % faster per
+    byte than the copies (H100 and H200, hidden 1024-8192), and leaves the copy-in uncharged, as does
+    a table without its curve.
     """
     assert plan.grad_accum is not None and plan.fsdp is not None
     u = plan.fsdp
@@ -383,21 +398,26 @@ def _fsdp_copies(plan: StagePlan, full_pass_s: float, model: DurationModel,
     rates = getattr(model, "fsdp_copies", None)
     if rates is None:
         per_byte = full_pass_s / (12 * hf_params(_fsdp_full_pass(plan)))
-        return (layer_bytes * per_byte,) * 2, (root_bytes * per_byte,) * 2
-    priced, outside = [], []
-    for nbytes in (layer_bytes, root_bytes):
-        pair = []
-        for op in ("copy_out", "chunk_cat"):
-            secs, measured = rates.seconds(op, u.ranks, nbytes)
-            if not measured and nbytes > 0:
-                outside.append(nbytes)
-            pair.append(secs)
-        priced.append((pair[0], pair[1]))
+        return FSDPCopies(layer_bytes * per_byte, layer_bytes * per_byte, root_bytes * per_byte,
+                          root_bytes * per_byte)
+    outside: list[float] = []
+
+    def price(op: str, nbytes: float) -> float:
+        secs, measured = rates.seconds(op, u.ranks, nbytes)
+        if not measured and nbytes > 0:
+            outside.append(nbytes)
+        return secs
+
+    gathered_in = rates.has("copy_in")
+    copies = FSDPCopies(price("copy_out", layer_bytes), price("chunk_cat", layer_bytes),
+                        price("copy_out", root_bytes), price("chunk_cat", root_bytes),
+                        price("copy_in", layer_bytes / u.ranks) if gathered_in else 0.0,
+                        price("copy_in", root_bytes / u.ranks) if gathered_in else 0.0)
     if outside:  # one note for the stage's copies
         notes.append(f"profile {getattr(model, 'name', '?')!r}: FSDP2's copies of {min(outside) / 2**20:.0f}-"
                      f"{max(outside) / 2**20:.0f} MiB over {u.ranks} ranks are outside its measured copies "
                      f"(fsdp_copies.json); priced at the nearest measured rate")
-    return priced[0], priced[1]
+    return copies
 
 
 def overlap_excess(coll: float, comp: float, f: float = 1.0, g: float = 1.0) -> float:
@@ -800,7 +820,7 @@ def build_costs(
     # priced where the flow shop runs them (``StagePlan.issue_mp``), FSDP2's copies, and the notes on
     # the sizes of the collectives that overlap compute
     mp_after: list[dict[tuple[str, OpKind], float]] = []
-    copies: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {}
+    copies: dict[int, FSDPCopies] = {}
     for p in plans:
         after: dict[tuple[str, OpKind], float] = {}
         for pass_, kind, entries, count in p.issue_mp:
@@ -833,7 +853,9 @@ def build_costs(
         in_steps = 0.0  # what measured interference adds to this stage's closed forms, per micro-batch
         if s in fsdp_colls:
             ag, rs, ag_root, rs_root = (wanted[c] for c in fsdp_colls[s])
-            (out_layer, in_layer), (out_root, in_root) = copies.get(s, ((0.0, 0.0), (0.0, 0.0)))
+            cp = copies.get(s, FSDPCopies(0.0, 0.0, 0.0, 0.0))
+            # the all-gather waits on its stream for its copy-in: one span with the collective
+            ag, ag_root = ag + cp.gather_in_layer, ag_root + cp.gather_in_root
             # every copy runs on the compute stream: the gathers' copy-outs, and the reduce-scatter's
             # copy-in (torch >= 2.6 ``foreach_reduce``: ``foreach_reduce_scatter_copy_in`` on the
             # current stream, then ``reduce_scatter_stream.wait_stream``; the lent hosts run 2.11)
@@ -845,10 +867,10 @@ def build_costs(
             fsdp_f, fsdp_b = _fsdp_exposed(p, ag, rs, ag_root, rs_root, fwd, bwd, slow)
             alone_f, alone_b = _fsdp_exposed(p, ag, rs, ag_root, rs_root, fwd, bwd)
             in_steps += (fsdp_f - alone_f) + (fsdp_b - alone_b)
-            fsdp_f += p.encoders * out_layer + out_root  # the forward gathers' copy-outs
+            fsdp_f += p.encoders * cp.out_layer + cp.out_root  # the forward gathers' copy-outs
             # the backward's: the layers' gathers' copy-outs, every unit's reduce-scatter copy-in (the root
             # stays gathered after the forward)
-            fsdp_b += p.encoders * (out_layer + in_layer) + in_root
+            fsdp_b += p.encoders * (cp.out_layer + cp.cat_layer) + cp.cat_root
         f_flops, b_flops = p.flops()
         cp_f = cp_b = cp_ring = cp_one = 0.0
         if s in cp_send:

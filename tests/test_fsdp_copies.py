@@ -69,13 +69,19 @@ def _row(op, world, nbytes, secs, device="GPU X"):
 
 def test_fit_keeps_the_median_per_size_and_leaves_the_reference_kernels_out(tmp_path):
     rows = [_row("copy_out", 2, MiB, s) for s in (1e-6, 3e-6, 2e-6)] + [_row("chunk_cat", 2, MiB, 4e-6),
-            _row("accumulate", 2, MiB, 9e-6), _row("copy_in", 2, MiB, 9e-6)]
+            _row("accumulate", 2, MiB, 9e-6), _row("copy_in", 2, MiB, 5e-6)]
     doc = fc.fit_rows(rows, "probe.jsonl")
-    assert doc["curves"] == {"chunk_cat/2": [[MiB, 4e-6]], "copy_out/2": [[MiB, 2e-6]]}
+    assert doc["curves"] == {"chunk_cat/2": [[MiB, 4e-6]], "copy_in/2": [[MiB, 5e-6]], "copy_out/2": [[MiB, 2e-6]]}
     assert doc["device"] == "GPU X"
     path = tmp_path / "fsdp_copies.json"
     path.write_text(fc.dumps(doc))
     assert fc.load_fsdp_copies(path).seconds("copy_out", 2, MiB) == (pytest.approx(2e-6), True)
+
+
+def test_a_table_without_the_gather_copy_in_still_loads():
+    # written before the all-gather's copy-in was priced: the simulation leaves it uncharged
+    rates = fc.FSDPCopyRates({("copy_out", 2): ((MiB, 1e-6),), ("chunk_cat", 2): ((MiB, 1e-6),)})
+    assert not rates.has("copy_in") and rates.has("copy_out")
 
 
 def test_fit_refuses_two_gpus_and_rows_without_their_fields():
@@ -116,6 +122,10 @@ def test_shipped_profiles_carry_their_own_gpus_copies(profile, device, rate_out,
     for op, rate in (("copy_out", rate_out), ("chunk_cat", rate_cat)):
         secs, measured = rates.seconds(op, 2, layer)
         assert measured and layer / secs == pytest.approx(rate, rel=0.03)
+    # the all-gather's copy-in moves the rank's shard: half a layer's values over 2 ranks, at a
+    # rate below the copy-out's (many tensors, one kernel per group)
+    secs, measured = rates.seconds("copy_in", 2, layer / 2)
+    assert measured and 0.8 * rate_out < layer / 2 / secs < rate_out
 
 
 @pytest.mark.parametrize("profile, probe", [("h100-sxm-bf16", "fsdp_copies_h100_machineAY"),

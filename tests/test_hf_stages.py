@@ -228,9 +228,11 @@ def test_fsdp_copies_move_eight_bytes_per_parameter_at_the_accumulation_rate():
     assert plan.grad_accum is not None and full.mp == plan.grad_accum.mp // 2  # the unsharded parameters
     per_byte = 0.012 / (12 * hf_params(full))  # a 12 ms pass over them
     notes: list[str] = []
-    (layer, layer_in), (root, root_in) = _fsdp_copies(plan, 0.012, object(), notes)  # no measured copies
+    cp = _fsdp_copies(plan, 0.012, object(), notes)  # no measured copies
+    layer, layer_in, root, root_in = cp.out_layer, cp.cat_layer, cp.out_root, cp.cat_root
     u = plan.fsdp
     assert layer == layer_in and root == root_in and not notes
+    assert cp.gather_in_layer == cp.gather_in_root == 0.0  # not charged without measured copies
     assert layer == pytest.approx(8 * (u.layer_shard * 2 / 2) * per_byte)
     assert root == pytest.approx(8 * (u.root_shard * 2 / 2) * per_byte)
     # the stage's copy bytes (layers and root, one copy each) are 8 of the pass's 12 bytes per parameter
@@ -251,11 +253,15 @@ def test_fsdp_copies_from_the_measured_kernels():
     layer_bytes, root_bytes = 8 * u.layer_shard, 8 * u.root_shard  # shard x 2 ranks / 2 entries x 8 bytes
     sizes = (layer_bytes // 2, 4 * root_bytes)
     rates = FSDPCopyRates({("copy_out", 2): tuple((b, b / 2e12) for b in sizes),
-                           ("chunk_cat", 2): tuple((b, b / 1e12) for b in sizes)})
+                           ("chunk_cat", 2): tuple((b, b / 1e12) for b in sizes),
+                           ("copy_in", 2): tuple((b, b / 4e12) for b in (sizes[0] // 2, sizes[1]))})
     notes: list[str] = []
-    (out_l, in_l), (out_r, in_r) = _fsdp_copies(plan, 0.012, SimpleNamespace(name="p", fsdp_copies=rates), notes)
-    assert (out_l, in_l) == (pytest.approx(layer_bytes / 2e12), pytest.approx(layer_bytes / 1e12))
-    assert (out_r, in_r) == (pytest.approx(root_bytes / 2e12), pytest.approx(root_bytes / 1e12))
+    cp = _fsdp_copies(plan, 0.012, SimpleNamespace(name="p", fsdp_copies=rates), notes)
+    assert (cp.out_layer, cp.cat_layer) == (pytest.approx(layer_bytes / 2e12), pytest.approx(layer_bytes / 1e12))
+    assert (cp.out_root, cp.cat_root) == (pytest.approx(root_bytes / 2e12), pytest.approx(root_bytes / 1e12))
+    # the gather's copy-in moves the rank's shard, 1/2 of the unit's bytes here
+    assert (cp.gather_in_layer, cp.gather_in_root) == (pytest.approx(layer_bytes / 2 / 4e12),
+                                                       pytest.approx(root_bytes / 2 / 4e12))
     assert notes == []
     (plan4,) = build_stage_plans(MODEL, _tr(zero_stage=3), Parallelism(dp=4))
     _fsdp_copies(plan4, 0.012, SimpleNamespace(name="p", fsdp_copies=rates), notes)
@@ -277,13 +283,19 @@ def test_fsdp_copies_run_on_the_compute_stream(monkeypatch):
     cluster = cluster_from_mapping({"preset": "hgx-h100", "gpus_per_node": 2})
     prof = RooflineProfile("r", get_cluster("hgx-h100").gpu.peak_flops, 3e12)
 
-    def stage(c: float, c_in: float, r: float, r_in: float):
-        monkeypatch.setattr(sim_costs, "_fsdp_copies", lambda plan, full_pass_s, model, notes: ((c, c_in), (r, r_in)))
+    def stage(c: float, c_in: float, r: float, r_in: float, g: float = 0.0, g_root: float = 0.0):
+        monkeypatch.setattr(sim_costs, "_fsdp_copies",
+                            lambda plan, full_pass_s, model, notes: sim_costs.FSDPCopies(c, c_in, r, r_in, g, g_root))
         return sim_costs.build_costs(plans, tr, par, cluster, prof).stages[0]
 
     none, some = stage(0.0, 0.0, 0.0, 0.0), stage(1e-3, 2e-3, 3e-3, 5e-3)
     assert some.fsdp_fwd_s - none.fsdp_fwd_s == pytest.approx(L * 1e-3 + 3e-3)
     assert some.fsdp_bwd_s - none.fsdp_bwd_s == pytest.approx(L * (1e-3 + 2e-3) + 5e-3)
+    # the all-gather's copy-in runs before it on its stream: the root's gather, which nothing hides,
+    # shows it whole in the forward; the layers' gathers only where they outlast the compute
+    gathered = stage(0.0, 0.0, 0.0, 0.0, 0.0, 7e-3)
+    assert gathered.fsdp_fwd_s - none.fsdp_fwd_s == pytest.approx(7e-3)
+    assert gathered.fsdp_bwd_s == pytest.approx(none.fsdp_bwd_s)  # the root stays gathered after the forward
 
 
 def test_fsdp_memory_is_a_shard_plus_the_live_units():
