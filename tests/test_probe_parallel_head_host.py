@@ -54,3 +54,16 @@ def test_the_ends_are_in_layers():
     assert got["layer_us"] == pytest.approx(8000.0)
     ends = (got["head_fwd"], got["tail_fwd"], got["head_bwd"], got["tail_bwd"])
     assert ends == pytest.approx((0.25, 0.5, 0.125, 1.0))
+
+
+def test_a_pipeline_stages_events_pair_by_micro_batch():
+    # two micro-batches through the last stage, then through the first (1F1B's order within a stage
+    # keeps each event's k-th entry on micro-batch k): layers, and that stage's own end only
+    last = {"F": [0.0, 10.0], "f0>": [1.0, 11.0], "fN<": [3.0, 13.5], "L": [4.0, 14.0], "bN>": [6.0, 17.0],
+            "b0<": [9.0, 19.0]}
+    got = probe.stage_parts(last, first=False, last=True)
+    assert got == {"layers_fwd": [2.0, 2.5], "layers_bwd": [3.0, 2.0], "tail_fwd": [1.0, 0.5], "tail_bwd": [2.0, 3.0]}
+    first = {"F": [0.0, 1.0], "f0>": [0.5, 1.25], "fN<": [0.75, 2.0], "bN>": [3.0, 5.0], "b0<": [4.0, 6.0],
+             "G": [4.5, 7.0]}
+    got = probe.stage_parts(first, first=True, last=False)
+    assert got["head_fwd"] == [0.5, 0.25] and got["head_bwd"] == [0.5, 1.0] and "tail_fwd" not in got

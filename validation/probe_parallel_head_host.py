@@ -22,6 +22,11 @@ backward host time (``head_fwd``, ``tail_fwd``, ``head_bwd``, ``tail_bwd``: the 
 ``calibration/host_overhead.py --head-tail`` reads), and the update's (optimizer step and
 ``zero_grad``, the GPU drained before it: ``update``), a check on the host line's per-iteration term.
 
+A pipelined layout (pp2, pp2xtp2) runs the pipelining runtime's stages: each rank reports its own
+stage's end (the first stage's head, the last stage's tail: the embedding, and the final norm, LM
+head and loss), its events paired by micro-batch (:func:`install_stage_marks`). Checked on the CPU;
+not yet run on GPUs, and the host fit does not take a pipeline's ends yet.
+
     PYTHONPATH=. python validation/probe_parallel_head_host.py --layouts 1gpu --out head.jsonl
     PYTHONPATH=. torchrun --nproc-per-node 2 validation/probe_parallel_head_host.py --layouts tp2 --out head.jsonl
 """
@@ -79,6 +84,67 @@ def split(marks: dict[str, float], t0: float, t1: float, t2: float) -> dict[str,
             "layers_bwd": marks["b0<"] - marks["bN>"], "head_bwd": t2 - marks["b0<"]}
 
 
+def install_stage_marks(module, stage: int, last: bool, loss_fn, marks: dict[str, list[float]]):
+    """A pipeline stage's hooks (``validation/train_hf_parallel.py``'s stage module, its layers in
+    ``module.layers``): each event's host clock appended to ``marks[event]``, so the k-th entry of
+    every forward event is micro-batch k's, and of every backward event too. Events: ``F`` the
+    stage's forward starts, ``f0>``/``fN<`` entering the first layer and leaving the last, ``L`` the
+    loss computed (the last stage: ``loss_fn`` wrapped, returned), ``bN>``/``b0<`` the backward at
+    the last layer's output and the first layer's input, ``G`` the embedding's gradient accumulated
+    (the first stage's backward done)."""
+    import time as _time
+
+    layers = list(module.layers.values())
+
+    def note(name: str) -> None:
+        marks.setdefault(name, []).append(_time.perf_counter())
+
+    def grad_mark(hidden, name: str) -> None:
+        # once per tensor: the pipelining runtime reuses its receive buffers across steps, and a
+        # hook registered at every forward would fire once for each
+        if hidden.requires_grad and not getattr(hidden, "_probe_marked", False):
+            hidden.register_hook(lambda grad: (note(name), grad)[1])
+            hidden._probe_marked = True
+
+    def first_pre(_mod, args, kwargs):
+        note("f0>")
+        grad_mark(args[0] if args else kwargs["hidden_states"], "b0<")
+
+    def last_post(_mod, _args, _kwargs, out):
+        note("fN<")
+        grad_mark(out[0] if isinstance(out, tuple) else out, "bN>")
+
+    module.register_forward_pre_hook(lambda _mod, _args: note("F"))
+    layers[0].register_forward_pre_hook(first_pre, with_kwargs=True)
+    layers[-1].register_forward_hook(last_post, with_kwargs=True)
+    if stage == 0:
+        module.embed_in.weight.register_post_accumulate_grad_hook(lambda _p: note("G"))
+    if not last:
+        return loss_fn
+
+    def timed_loss(*args, **kwargs):
+        out = loss_fn(*args, **kwargs)
+        note("L")
+        return out
+
+    return timed_loss
+
+
+def stage_parts(marks: dict[str, list[float]], first: bool, last: bool) -> dict[str, list[float]]:
+    """Per micro-batch, a pipeline stage's parts in seconds from :func:`install_stage_marks`: its
+    layers always; the head where it is the first stage, the tail where it is the last."""
+    n = len(marks["f0>"])
+    out = {"layers_fwd": [marks["fN<"][k] - marks["f0>"][k] for k in range(n)],
+           "layers_bwd": [marks["b0<"][k] - marks["bN>"][k] for k in range(n)]}
+    if first:
+        out["head_fwd"] = [marks["f0>"][k] - marks["F"][k] for k in range(n)]
+        out["head_bwd"] = [marks["G"][k] - marks["b0<"][k] for k in range(n)]
+    if last:
+        out["tail_fwd"] = [marks["L"][k] - marks["fN<"][k] for k in range(n)]
+        out["tail_bwd"] = [marks["bN>"][k] - marks["L"][k] for k in range(n)]
+    return out
+
+
 class MicroBatchClock(list):
     """The trainer's ``mb_clock``: each micro-batch's parts, split as it ends, appended to ``parts``."""
 
@@ -95,7 +161,7 @@ def in_layers(parts: dict[str, list[float]], layers: int) -> dict:
     """Medians in microseconds, and the four ends in units of one layer's forward plus backward."""
     med = {k: statistics.median(v) for k, v in parts.items()}
     layer = (med["layers_fwd"] + med["layers_bwd"]) / layers
-    out: dict = {k: med[k] / layer for k in (*PARTS, "update") if k in med}
+    out: dict = {k: med[k] / layer for k in (*PARTS, "update") if k in med}  # a pipeline stage: its own ends
     out.update({f"{k}_us": v * 1e6 for k, v in med.items()})
     out["layer_us"] = layer * 1e6
     out["layers"] = layers
@@ -124,27 +190,42 @@ def main() -> int:
             targs = thp.build_parser().parse_args(["--layouts", name, "--out", "/dev/null"])
             targs.dtype = "bf16" if env.cuda else "fp32"
             targs.on_model = lambda model, marks=marks: install_marks(model, marks)
+            stage_marks: dict[str, list[float]] = {}
+            where: dict = {}
+
+            def on_stage(module, stage, last, loss_fn, stage_marks=stage_marks, where=where):
+                where.update(stage=stage, last=last, layers=len(module.layers))
+                return install_stage_marks(module, stage, last, loss_fn, stage_marks)
+
+            targs.on_stage = on_stage
             trainer = thp.build_trainer(env, layout, shape, targs)
             for _ in range(args.warmup):
                 trainer.step()
             parts: dict[str, list[float]] = {}
             # the trainer appends (start, loss, end) once a micro-batch is issued, while the hooks'
-            # marks are still that micro-batch's
+            # marks are still that micro-batch's (a pipeline's stages: their own lists of events)
             targs.mb_clock = MicroBatchClock(marks, parts)
             targs.phase_log, targs.phase_sync = [], "before"  # the update's host time, the GPU drained first
             for _ in range(args.iters):
+                stage_marks.clear()
                 trainer.step()
-            parts["update"] = [a for kind, a, _ in targs.phase_log if kind == "update"]
+                if where:
+                    for k, v in stage_parts(stage_marks, where["stage"] == 0, where["last"]).items():
+                        parts.setdefault(k, []).extend(v)
+            update = [a for kind, a, _ in targs.phase_log if kind == "update"]  # none in a pipeline's step
+            if update:
+                parts["update"] = update
             targs.mb_clock = targs.phase_log = None
             row = {"layout": name, "name": shape.name, "rank": env.rank, "iters": args.iters,
-                   "micro_batches": shape.micro_batches, **in_layers(parts, shape.layers),
+                   "micro_batches": shape.micro_batches, **in_layers(parts, where.get("layers", shape.layers)),
+                   **({"stage": where["stage"]} if where else {}),
                    "device": probe_common.device_name(torch, env), "torch": torch.__version__}
             with open(args.out, "a") as fh:
                 fh.write(json.dumps(row) + "\n")
-            if env.rank == 0:
-                print(f"{name} {shape.name}: head fwd {row['head_fwd']:.2f}, tail fwd {row['tail_fwd']:.2f}, "
-                      f"head bwd {row['head_bwd']:.2f}, tail bwd {row['tail_bwd']:.2f}, "
-                      f"update {row.get('update', 0):.2f} layers (a layer {row['layer_us']:.0f} us)", flush=True)
+            if env.rank == 0 or (where and where["last"] and env.rank == env.world - 1):
+                ends = ", ".join(f"{k.replace('_', ' ')} {row[k]:.2f}" for k in PARTS if k in row)
+                print(f"{name} {shape.name} rank {env.rank}: {ends}, update {row.get('update', 0):.2f} layers "
+                      f"(a layer {row['layer_us']:.0f} us)", flush=True)
             trainer = None
             env.barrier()
             thp.free_memory(env)

@@ -541,13 +541,15 @@ def _pipeline_trainer(env: Env, layout: Layout, shape: Shape, args, model, batch
         parallelize_module(module, tp_mesh, tp_plan(ids, "", "embed_in" if stage_index == 0 else None,
                                                      "lm_head" if last else None))
     pp_group = mesh["pp"].get_group() if mesh is not None else None  # None: the world
+    on_stage = getattr(args, "on_stage", None)  # a probe's hooks (validation/probe_parallel_head_host.py)
+    loss_fn = shifted_ce if on_stage is None else on_stage(module, stage_index, last, shifted_ce)
     stage = PipelineStage(module, stage_index, layout.pp, env.device, group=pp_group)
     schedule_cls = ScheduleGPipe if args.schedule == "gpipe" else Schedule1F1B
     # scale_grads=True (the default): after the last backward the schedule divides every
     # accumulated gradient by n_microbatches, i.e. the loss is the MEAN over micro-batches, while
     # the other layouts here (like train_gptneox.py) SUM the micro-batch gradients; AdamW makes
     # the two nearly the same update (they differ only through eps).
-    schedule = schedule_cls(stage, n_microbatches=shape.micro_batches, loss_fn=shifted_ce)
+    schedule = schedule_cls(stage, n_microbatches=shape.micro_batches, loss_fn=loss_fn)
     opt = make_opt(module.parameters())
     # step(return_outputs=False) keeps the last stage from concatenating every micro-batch's
     # logits after the step (work no training loop needs); older torch has no such argument

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device batch: validation/probe_parallel_head_host.py, the host time of a micro-batch's head and tail in
 # layers, for PROBE_LAYOUTS at the tiny host shapes (1gpu in one process, the others under torchrun with
-# NPROC processes); then, on the same machine, train_hf_parallel.py's 1gpu and LAYOUTS rows at the tiny
+# the processes of their world; a pipeline's stages each report their own end); then, on the same machine, train_hf_parallel.py's 1gpu and LAYOUTS rows at the tiny
 # host shapes and at the GPU-bound shapes (the rows the head and tail are checked against).
 #
 #   NPROC=2 (or 4)                  GPUs of the parallel layouts
@@ -23,9 +23,15 @@ nvidia-smi topo -m > "$R/topo.txt" 2>/dev/null
 case ",$PROBE_LAYOUTS," in *,1gpu,*)
   timeout 150 python3 validation/probe_parallel_head_host.py --layouts 1gpu --out "$J" 2>&1 | grep -v "^\*\|OMP_NUM" ;;
 esac
-others=$(echo "$PROBE_LAYOUTS" | tr , '\n' | grep -v '^1gpu$' | paste -sd, -)
-[ -n "$others" ] && timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node "$NPROC" \
-  validation/probe_parallel_head_host.py --layouts "$others" --out "$J" 2>&1 | grep -v "^\*\|OMP_NUM\|^W1"
+# each other layout with the processes its world takes (pp2 two, pp2xtp2 four), one torchrun per world
+for world in 2 4 8; do
+  mine=$(for l in $(echo "$PROBE_LAYOUTS" | tr , ' '); do
+    [ "$l" = 1gpu ] && continue
+    [ "$(python3 -c "import sys; sys.path.insert(0, 'validation'); import train_hf_parallel as t; print(t.parse_layout('$l').world)")" = "$world" ] && echo "$l"
+  done | paste -sd, -)
+  [ -n "$mine" ] && timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node "$world" \
+    validation/probe_parallel_head_host.py --layouts "$mine" --out "$J" 2>&1 | grep -v "^\*\|OMP_NUM\|^W1"
+done
 echo "probe $(( $(date +%s) - t0 )) s"
 [ "${SKIP_ROWS:-0}" = 1 ] && exit 0
 OUT=/tmp/phh_out_host WORK=/tmp/phh_host NPROC=$NPROC LAYOUTS=$LAYOUTS SHAPES=validation/hf_parallel_shapes_host.csv \
