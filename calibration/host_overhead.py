@@ -305,8 +305,18 @@ def _machine_groups(rt_idx, m_idx, machines: int) -> list[list[int]]:
     return list(out.values())
 
 
+def machine_names(paths: Sequence[str]) -> dict[str, str]:
+    """The machine a table without a ``lease`` column ran on, named by its file: ``<folder>/<stem>``,
+    or the whole path without its suffix where two files share that name (``BE/host/measured.csv`` and
+    ``BF/host/measured.csv`` are two machines, not one)."""
+    short = {p: f"{Path(p).parent.name}/{Path(p).stem}" for p in paths}
+    clash = {n for n in short.values() if sum(1 for v in short.values() if v == n) > 1}
+    return {p: (Path(p).with_suffix("").as_posix() if n in clash else n) for p, n in short.items()}
+
+
 def read_rows(paths: Sequence[str]) -> list[dict[str, str]]:
     rows: list[dict[str, str]] = []
+    names = machine_names(list(dict.fromkeys(paths)))
     for p in paths:
         try:
             with open(p, newline="") as fh:
@@ -321,7 +331,7 @@ def read_rows(paths: Sequence[str]) -> list[dict[str, str]]:
                 raise ConfigError(f"{p}:{i}", f"has {len([v for v in r.values() if v is not None])} fields, "
                                   f"the header {len(got[0])}")
         # a table without a lease column is one machine's, named by its file
-        rows += [r if r.get("lease") else {**r, "lease": f"{Path(p).parent.name}/{Path(p).stem}"} for r in got]
+        rows += [r if r.get("lease") else {**r, "lease": names[p]} for r in got]
     return rows
 
 

@@ -723,3 +723,20 @@ def test_no_host_band_where_the_gpu_hides_the_host_or_one_machine_was_measured()
     sc, plans, prof = _tp2_setup(0.003, {"A": 1.0})
     prof.host_overhead["eager"]["lease_factors"] = {"A": 1.0}
     assert host_band(sc, plans, prof, 1.0) is None
+
+
+def test_lease_less_tables_of_two_machines_with_one_file_name_stay_two_machines(tmp_path):
+    from trainsim.calibration.host_overhead import read_rows
+
+    paths = []
+    for machine in ("BE", "BF"):
+        d = tmp_path / machine / "host"
+        d.mkdir(parents=True)
+        (d / "measured.csv").write_text("layout,layers,micro_batches,min_s,device\ntp2,4,4,0.2,H200\n")
+        paths.append(str(d / "measured.csv"))
+    other = tmp_path / "train3d_host" / "tiny.csv"
+    other.parent.mkdir()
+    other.write_text("layout,layers,micro_batches,min_s,device\ntp2,4,4,0.2,H200\n")
+    leases = [r["lease"] for r in read_rows([*paths, str(other)])]
+    assert len(set(leases)) == 3 and leases[2] == "train3d_host/tiny"  # a unique name stays short
+    assert leases[0].endswith("BE/host/measured") and leases[1].endswith("BF/host/measured")
