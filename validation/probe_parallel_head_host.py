@@ -24,8 +24,8 @@ backward host time (``head_fwd``, ``tail_fwd``, ``head_bwd``, ``tail_bwd``: the 
 
 A pipelined layout (pp2, pp2xtp2) runs the pipelining runtime's stages: each rank reports its own
 stage's end (the first stage's head, the last stage's tail: the embedding, and the final norm, LM
-head and loss), its events paired by micro-batch (:func:`install_stage_marks`). Checked on the CPU;
-not yet run on GPUs, and the host fit does not take a pipeline's ends yet.
+head and loss), its events paired by micro-batch (:func:`install_stage_marks`). Run on pp2 (2x H200,
+validation/parallel_head_host_h200_2gpu_machineBJ/); the host fit does not take a pipeline's ends yet.
 
     PYTHONPATH=. python validation/probe_parallel_head_host.py --layouts 1gpu --out head.jsonl
     PYTHONPATH=. torchrun --nproc-per-node 2 validation/probe_parallel_head_host.py --layouts tp2 --out head.jsonl
