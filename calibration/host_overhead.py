@@ -46,7 +46,9 @@ DTensor TP 1.01 layers per micro-batch (tp2 and tp4 alike: head forward 0.27, ta
 head backward 0.06, tail backward 0.33), FSDP2 x TP 1.33. Fitted without them, the per-micro-batch
 cost sat in the intercept: 29.7 ms per iteration for DTensor TP and 56 ms for FSDP2 x TP, where the
 probe times the update (optimizer step and ``zero_grad``) at 2-5 and 3-7 ms; with them the
-intercepts are 1.3 and 9.7 ms.
+intercepts are 1.3 and 9.7 ms. In a pipeline the first stage runs the head and the last the tail
+(:func:`pipeline_steps`); the eager pipeline's, measured on pp2 (machine BJ), are small: head 0.19,
+tail 0.43 layers (no causal mask; the loss alone on the last stage).
 
 Host and GPU work overlap: PyTorch issues kernels asynchronously, so a step takes the longer of
 the two (``overlap: overlapped``; a "serial" runtime would add them). Checked on the GPUs with
@@ -80,6 +82,7 @@ that measured no train_hf_parallel.py runtime, so their factors are normalised a
         --head-tail dtensor_tp=validation/parallel_head_host_h200_4gpu_machineBH/parallel_head_host.jsonl \\
         --head-tail fsdp2_tp=validation/parallel_head_host_h200_4gpu_machineBG/parallel_head_host.jsonl \\
         --head-tail fsdp2_tp=validation/parallel_head_host_h200_4gpu_machineBH/parallel_head_host.jsonl \\
+        --head-tail eager_pp=validation/parallel_head_host_h200_2gpu_machineBJ/parallel_head_host.jsonl \\
         --out calibration/profiles/h100-sxm-bf16/host_overhead.json
 """
 
@@ -111,10 +114,11 @@ OVERLAP = {"eager": "overlapped", "dtensor_tp": "overlapped", "fsdp2": "overlapp
 
 #: the parts of a micro-batch outside its layers (validation/probe_head_host.py), in layers
 HEAD_TAIL_PARTS = ("head_fwd", "tail_fwd", "head_bwd", "tail_bwd")
-#: the runtimes a head and tail may be given for: not pipelined, so every micro-batch runs both ends
-#: (Hugging Face's model in plain eager PyTorch: validation/probe_head_host.py; under DTensor TP, alone
-#: or inside FSDP2: validation/probe_parallel_head_host.py)
-HEAD_TAIL_RUNTIMES = frozenset({"eager", "dtensor_tp", "fsdp2_tp"})
+#: the runtimes a head and tail may be given for (Hugging Face's model in plain eager PyTorch:
+#: validation/probe_head_host.py; under DTensor TP, alone or inside FSDP2, and the pipelining runtime's
+#: stages: validation/probe_parallel_head_host.py). Not pipelined, every micro-batch runs both ends; a
+#: pipeline's first stage runs the head and its last the tail (:func:`pipeline_steps`)
+HEAD_TAIL_RUNTIMES = frozenset({"eager", "dtensor_tp", "fsdp2_tp", "eager_pp", "dtensor_tp_pp"})
 
 
 def read_head_tail(paths: str | Sequence[str], runtime: str = "eager") -> dict[str, float]:
@@ -132,11 +136,15 @@ def read_head_tail(paths: str | Sequence[str], runtime: str = "eager") -> dict[s
             of_rt = [r for r in lines if (runtime_of(str(r["layout"])) if "layout" in r else "eager") == runtime]
             if not of_rt:
                 raise ValueError(f"no line of the {runtime} runtime")
-            for r in of_rt:
-                mine.append({k: float(r[k]) for k in HEAD_TAIL_PARTS})
+            # a pipeline stage's line has its own end only (the first stage's head, the last's tail)
+            mine += [{k: float(r[k]) for k in HEAD_TAIL_PARTS if k in r} for r in of_rt]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ConfigError(path, f"not head-and-tail probe output: {e}") from None
-    out = {k: float(statistics.median(r[k] for r in mine)) for k in HEAD_TAIL_PARTS}
+    try:
+        out = {k: float(statistics.median(r[k] for r in mine if k in r)) for k in HEAD_TAIL_PARTS}
+    except statistics.StatisticsError:
+        raise ConfigError(",".join([paths] if isinstance(paths, str) else paths),
+                          f"no line of the {runtime} runtime gives all of {', '.join(HEAD_TAIL_PARTS)}") from None
     if not all(0 <= v < 10 for v in out.values()):
         raise ConfigError(",".join([paths] if isinstance(paths, str) else paths),
                           f"head and tail must be 0 to 10 layers, got {out}")
@@ -178,6 +186,19 @@ def layer_steps(layout: str, layers: float, micro_batches: float) -> float:
     """
     pp = pipeline_degree(layout)
     return layers * micro_batches if pp == 1 else layers / pp * (micro_batches + pp - 1)
+
+
+def pipeline_steps(layout: str, layers: int, micro_batches: float, head: float, tail: float) -> float:
+    """The layer-steps on a 1F1B pipeline's critical path when its first stage also runs the head
+    and its last the tail (in layers per micro-batch): every stage's step once (the fill and the
+    drain) and the slowest stage's ``m - 1`` more. Stages as validation/train_hf_parallel.py splits
+    the layers (even, the remainder on the last stages); with no ends and equal stages this is
+    :func:`layer_steps`."""
+    pp = pipeline_degree(layout)
+    base, extra = divmod(layers, pp)
+    steps = [base + (1 if s >= pp - extra else 0) + (head if s == 0 else 0.0) + (tail if s == pp - 1 else 0.0)
+             for s in range(pp)]
+    return sum(steps) + (micro_batches - 1) * max(steps)
 
 
 def row_runtime(row: dict[str, str]) -> tuple[str | None, float]:
@@ -225,7 +246,11 @@ def fit_host_overhead(rows: Iterable[dict[str, str]],
         rt, steps = row_runtime(r)
         if rt is None:
             continue
-        if rt in ends:  # not pipelined: every micro-batch runs both ends
+        if rt in ends and "mp" not in r and pipeline_degree(r["layout"]) > 1:  # the first stage's head, the last's tail
+            e = ends[rt]
+            steps = pipeline_steps(r["layout"], int(float(r["layers"])), float(r["micro_batches"]),
+                                   e["head_fwd"] + e["head_bwd"], e["tail_fwd"] + e["tail_bwd"])
+        elif rt in ends:  # not pipelined: every micro-batch runs both ends
             steps += float(r["micro_batches"]) * sum(ends[rt].values())
         pts.append((rt, steps, float(r["min_s"]), r.get("lease") or "?"))
         if typical is not None and typical in r.get("device", ""):

@@ -360,9 +360,26 @@ def test_each_runtime_fits_with_its_own_head_and_tail():
     # the eager runtime's ends given to DTensor TP: another line (the per-micro-batch term differs)
     assert fit_host_overhead(rows, {"eager": HEAD_TAIL, "dtensor_tp": HEAD_TAIL})["dtensor_tp"]["per_layer_s"] \
         != pytest.approx(0.009, rel=0.02)
-    # a pipelined runtime takes none: its stages run one end each (nor does FSDP2 alone: not measured)
-    with pytest.raises(ConfigError, match="dtensor_tp_pp"):
-        fit_host_overhead(rows, {"dtensor_tp_pp": tp_ends})
+    # FSDP2 alone takes none (not measured)
+    with pytest.raises(ConfigError, match="fsdp2"):
+        fit_host_overhead(rows, {"fsdp2": tp_ends})
+
+
+def test_a_pipelines_ends_sit_on_its_first_and_last_stage():
+    from trainsim.calibration.host_overhead import layer_steps, pipeline_steps
+
+    # pp2, 8 layers, m = 4, head 0.5 and tail 1.0 layers: stages of 4.5 and 5 layer-steps, each
+    # once for the fill and the drain, the slower three more times
+    assert pipeline_steps("pp2", 8, 4, 0.5, 1.0) == pytest.approx(4.5 + 5 + 3 * 5)
+    assert pipeline_steps("pp2xtp2", 8, 4, 0.0, 0.0) == layer_steps("pp2xtp2", 8, 4)
+    # 9 layers over 2 stages: 4 and 5 (the remainder last, as the trainer splits them)
+    assert pipeline_steps("pp2", 9, 4, 0.0, 0.0) == pytest.approx(4 + 5 + 3 * 5)
+    # the fit recovers a pipelined line made with its ends
+    ends = {"head_fwd": 0.2, "head_bwd": 0.0, "tail_fwd": 0.2, "tail_bwd": 0.4}
+    rows = [_row("pp2", L, m, 0.002 + 0.003 * pipeline_steps("pp2", L, m, 0.2, 0.6))
+            for L, m in ((4, 4), (8, 4), (4, 8), (8, 8))]
+    t = fit_host_overhead(rows, {"eager_pp": ends})
+    assert t["eager_pp"]["per_layer_s"] == pytest.approx(0.003) and t["eager_pp"]["head_tail"] == ends
 
 
 def test_the_head_and_tail_are_the_probes_medians_and_a_bad_file_is_named(tmp_path):
@@ -396,6 +413,21 @@ def test_a_parallel_probes_lines_count_for_their_layouts_runtime(tmp_path):
     assert parse_head_tail_arg("a.jsonl") == ("eager", "a.jsonl")
     with pytest.raises(ConfigError, match="--head-tail"):
         parse_head_tail_arg("fsdp2=a.jsonl")
+
+
+def test_a_pipelines_stage_lines_give_each_end_from_the_stage_that_runs_it(tmp_path):
+    import json
+
+    p = tmp_path / "pp.jsonl"
+    lines = [{"layout": "pp2", "stage": 0, "head_fwd": 0.2, "head_bwd": 0.02},
+             {"layout": "pp2", "stage": 1, "tail_fwd": 0.15, "tail_bwd": 0.3},
+             {"layout": "pp2", "stage": 0, "head_fwd": 0.4, "head_bwd": 0.04}]
+    p.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    got = read_head_tail(str(p), "eager_pp")
+    assert got == pytest.approx({"head_fwd": 0.3, "head_bwd": 0.03, "tail_fwd": 0.15, "tail_bwd": 0.3})
+    p.write_text(json.dumps(lines[0]) + "\n")  # no last stage: no tail
+    with pytest.raises(ConfigError, match="gives all of"):
+        read_head_tail(str(p), "eager_pp")
 
 
 def test_a_runtime_given_several_files_takes_the_median_of_all_their_lines(tmp_path):
@@ -609,6 +641,8 @@ def test_the_shipped_host_table_is_what_its_command_fits(tmp_path, monkeypatch):
     # DTensor TP's, measured: about a layer of its own; under FSDP2 more (validation/probe_parallel_head_host.py)
     assert 0.8 < sum(shipped["runtimes"]["dtensor_tp"]["head_tail"].values()) < 1.3
     assert 1.1 < sum(shipped["runtimes"]["fsdp2_tp"]["head_tail"].values()) < 1.6
+    # the eager pipeline's stages: small ends (no causal mask, the loss on the last stage alone)
+    assert 0.3 < sum(shipped["runtimes"]["eager_pp"]["head_tail"].values()) < 1.0
 
 
 def test_a_host_bound_note_gives_the_spread_of_every_machine_measured():
