@@ -92,12 +92,10 @@ def install_stage_marks(module, stage: int, last: bool, loss_fn, marks: dict[str
     loss computed (the last stage: ``loss_fn`` wrapped, returned), ``bN>``/``b0<`` the backward at
     the last layer's output and the first layer's input, ``G`` the embedding's gradient accumulated
     (the first stage's backward done)."""
-    import time as _time
-
     layers = list(module.layers.values())
 
     def note(name: str) -> None:
-        marks.setdefault(name, []).append(_time.perf_counter())
+        marks.setdefault(name, []).append(time.perf_counter())
 
     def grad_mark(hidden, name: str) -> None:
         # once per tensor: the pipelining runtime reuses its receive buffers across steps, and a
