@@ -93,6 +93,7 @@ import csv
 import json
 import re
 import sys
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -129,8 +130,9 @@ def read_head_tail(paths: str | Sequence[str], runtime: str = "eager") -> dict[s
     validation/probe_parallel_head_host.py's name their layout, and count for its runtime."""
     import statistics
 
+    files = [paths] if isinstance(paths, str) else list(paths)
     mine: list[dict] = []
-    for path in [paths] if isinstance(paths, str) else paths:
+    for path in files:
         try:
             lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
             of_rt = [r for r in lines if (runtime_of(str(r["layout"])) if "layout" in r else "eager") == runtime]
@@ -143,11 +145,10 @@ def read_head_tail(paths: str | Sequence[str], runtime: str = "eager") -> dict[s
     try:
         out = {k: float(statistics.median(r[k] for r in mine if k in r)) for k in HEAD_TAIL_PARTS}
     except statistics.StatisticsError:
-        raise ConfigError(",".join([paths] if isinstance(paths, str) else paths),
+        raise ConfigError(",".join(files),
                           f"no line of the {runtime} runtime gives all of {', '.join(HEAD_TAIL_PARTS)}") from None
     if not all(0 <= v < 10 for v in out.values()):
-        raise ConfigError(",".join([paths] if isinstance(paths, str) else paths),
-                          f"head and tail must be 0 to 10 layers, got {out}")
+        raise ConfigError(",".join(files), f"head and tail must be 0 to 10 layers, got {out}")
     return out
 
 
@@ -246,7 +247,7 @@ def fit_host_overhead(rows: Iterable[dict[str, str]],
         rt, steps = row_runtime(r)
         if rt is None:
             continue
-        if rt in ends and "mp" not in r and pipeline_degree(r["layout"]) > 1:  # the first stage's head, the last's tail
+        if rt in ends and pipeline_degree(r["layout"]) > 1:  # the first stage's head, the last's tail
             e = ends[rt]
             steps = pipeline_steps(r["layout"], int(float(r["layers"])), float(r["micro_batches"]),
                                    e["head_fwd"] + e["head_bwd"], e["tail_fwd"] + e["tail_bwd"])
@@ -335,8 +336,8 @@ def machine_names(paths: Sequence[str]) -> dict[str, str]:
     or the whole path without its suffix where two files share that name (``BE/host/measured.csv`` and
     ``BF/host/measured.csv`` are two machines, not one)."""
     short = {p: f"{Path(p).parent.name}/{Path(p).stem}" for p in paths}
-    clash = {n for n in short.values() if sum(1 for v in short.values() if v == n) > 1}
-    return {p: (Path(p).with_suffix("").as_posix() if n in clash else n) for p, n in short.items()}
+    uses = Counter(short.values())
+    return {p: (Path(p).with_suffix("").as_posix() if uses[n] > 1 else n) for p, n in short.items()}
 
 
 def read_rows(paths: Sequence[str]) -> list[dict[str, str]]:
@@ -398,8 +399,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--head-tail", metavar="[RUNTIME=]JSONL", action="append", default=[],
                     help="a head-and-tail probe's output (validation/probe_head_host.py, the eager runtime's; "
-                         "validation/probe_parallel_head_host.py, RUNTIME=dtensor_tp or fsdp2_tp): the micro-batch's "
-                         "host work outside its layers; a runtime given several files takes the median of all")
+                         "validation/probe_parallel_head_host.py, RUNTIME one of "
+                         f"{', '.join(sorted(HEAD_TAIL_RUNTIMES))}): the micro-batch's host work outside its "
+                         "layers; a runtime given several files takes the median of all")
     ap.add_argument("--typical", metavar="DEVICE", help="normalise to the machines whose device column contains "
                     "this (e.g. H200): the lines of that GPU kind's typical host")
     args = ap.parse_args(argv)

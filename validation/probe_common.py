@@ -46,14 +46,18 @@ def entry(main: Callable[[], int]) -> None:
     exit_skipping_teardown(rc)
 
 
-def warm_trainer(env: Any, name: str, shape: Any, steps: int) -> tuple[Any, Any] | None:
+def warm_trainer(env: Any, name: str, shape: Any, steps: int, **hooks: Any) -> tuple[Any, Any] | None:
     """(its arguments, the trainer) of layout ``name`` on ``shape`` after ``steps`` warm-up
-    iterations (bf16 on GPUs, fp32 on the CPU); None when the layout needs another world size."""
+    iterations (bf16 on GPUs, fp32 on the CPU); None when the layout needs another world size.
+    ``hooks``: the trainer's probe hooks (``on_model``, ``on_stage``: validation/train_hf_parallel.py),
+    set on its arguments before it is built."""
     layout = thp.parse_layout(name)
     if layout.world != env.world:
         return None
     targs = thp.build_parser().parse_args(["--layouts", name, "--out", "/dev/null"])
     targs.dtype = "bf16" if env.cuda else "fp32"
+    for key, hook in hooks.items():
+        setattr(targs, key, hook)
     trainer = thp.build_trainer(env, layout, shape, targs)
     for _ in range(steps):
         trainer.step()

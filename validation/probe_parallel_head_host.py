@@ -49,31 +49,34 @@ import train_hf_parallel as thp  # noqa: E402
 PARTS = ("head_fwd", "tail_fwd", "head_bwd", "tail_bwd")
 
 
-def install_marks(model, marks: dict[str, float]) -> None:
+def hook_layers(layers, note) -> None:
     """Hooks on the first and last layer only (cheap Python calls, so a layer's cost is not
-    inflated): the host's clock entering layer 0 and leaving the last layer, and, through gradient
-    hooks on those hidden states, when the backward reaches them."""
-    layers = list(model.gpt_neox.layers)
+    inflated): ``note(event)`` entering the first layer (``f0>``) and leaving the last (``fN<``),
+    and, through gradient hooks on those hidden states, when the backward reaches them (``bN>``,
+    then ``b0<``). A gradient hook goes on a tensor once: the pipelining runtime reuses its receive
+    buffers across steps, and a hook registered at every forward would fire once for each."""
 
-    def tensor_mark(name: str):
-        def hook(grad):
-            marks[name] = time.perf_counter()
-            return grad
-        return hook
+    def grad_mark(hidden, name: str) -> None:
+        if hidden.requires_grad and not getattr(hidden, "_probe_marked", False):
+            hidden.register_hook(lambda grad: (note(name), grad)[1])
+            hidden._probe_marked = True
 
     def first_pre(_mod, args, kwargs):
-        marks["f0>"] = time.perf_counter()
-        hidden = args[0] if args else kwargs["hidden_states"]
-        if hidden.requires_grad:
-            hidden.register_hook(tensor_mark("b0<"))
+        note("f0>")
+        grad_mark(args[0] if args else kwargs["hidden_states"], "b0<")
 
     def last_post(_mod, _args, _kwargs, out):
-        marks["fN<"] = time.perf_counter()
-        hidden = out[0] if isinstance(out, tuple) else out
-        hidden.register_hook(tensor_mark("bN>"))
+        note("fN<")
+        grad_mark(out[0] if isinstance(out, tuple) else out, "bN>")
 
     layers[0].register_forward_pre_hook(first_pre, with_kwargs=True)
     layers[-1].register_forward_hook(last_post, with_kwargs=True)
+
+
+def install_marks(model, marks: dict[str, float]) -> None:
+    """The model's layer hooks (:func:`hook_layers`), each event's host clock kept in ``marks``
+    (the latest: one micro-batch at a time)."""
+    hook_layers(list(model.gpt_neox.layers), lambda name: marks.__setitem__(name, time.perf_counter()))
 
 
 def split(marks: dict[str, float], t0: float, t1: float, t2: float) -> dict[str, float]:
@@ -92,29 +95,12 @@ def install_stage_marks(module, stage: int, last: bool, loss_fn, marks: dict[str
     loss computed (the last stage: ``loss_fn`` wrapped, returned), ``bN>``/``b0<`` the backward at
     the last layer's output and the first layer's input, ``G`` the embedding's gradient accumulated
     (the first stage's backward done)."""
-    layers = list(module.layers.values())
 
     def note(name: str) -> None:
         marks.setdefault(name, []).append(time.perf_counter())
 
-    def grad_mark(hidden, name: str) -> None:
-        # once per tensor: the pipelining runtime reuses its receive buffers across steps, and a
-        # hook registered at every forward would fire once for each
-        if hidden.requires_grad and not getattr(hidden, "_probe_marked", False):
-            hidden.register_hook(lambda grad: (note(name), grad)[1])
-            hidden._probe_marked = True
-
-    def first_pre(_mod, args, kwargs):
-        note("f0>")
-        grad_mark(args[0] if args else kwargs["hidden_states"], "b0<")
-
-    def last_post(_mod, _args, _kwargs, out):
-        note("fN<")
-        grad_mark(out[0] if isinstance(out, tuple) else out, "bN>")
-
+    hook_layers(list(module.layers.values()), note)
     module.register_forward_pre_hook(lambda _mod, _args: note("F"))
-    layers[0].register_forward_pre_hook(first_pre, with_kwargs=True)
-    layers[-1].register_forward_hook(last_post, with_kwargs=True)
     if stage == 0:
         module.embed_in.weight.register_post_accumulate_grad_hook(lambda _p: note("G"))
     if not last:
@@ -180,14 +166,10 @@ def main() -> int:
 
     env = probe_common.start(torch, dist)
     for name in args.layouts.split(","):
-        layout = thp.parse_layout(name)
-        if layout.world != env.world:
+        if thp.parse_layout(name).world != env.world:
             continue
         for shape in thp.read_shapes(args.shapes, args.only.split(",") if args.only else None):
             marks: dict[str, float] = {}
-            targs = thp.build_parser().parse_args(["--layouts", name, "--out", "/dev/null"])
-            targs.dtype = "bf16" if env.cuda else "fp32"
-            targs.on_model = lambda model, marks=marks: install_marks(model, marks)
             stage_marks: dict[str, list[float]] = {}
             where: dict = {}
 
@@ -195,10 +177,10 @@ def main() -> int:
                 where.update(stage=stage, last=last, layers=len(module.layers))
                 return install_stage_marks(module, stage, last, loss_fn, stage_marks)
 
-            targs.on_stage = on_stage
-            trainer = thp.build_trainer(env, layout, shape, targs)
-            for _ in range(args.warmup):
-                trainer.step()
+            built = probe_common.warm_trainer(env, name, shape, args.warmup, on_stage=on_stage,
+                                              on_model=lambda model, marks=marks: install_marks(model, marks))
+            assert built is not None  # the world was checked above
+            targs, trainer = built
             parts: dict[str, list[float]] = {}
             # the trainer appends (start, loss, end) once a micro-batch is issued, while the hooks'
             # marks are still that micro-batch's (a pipeline's stages: their own lists of events)

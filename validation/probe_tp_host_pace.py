@@ -119,12 +119,12 @@ def main() -> int:
     for shape in thp.read_shapes(args.shapes, args.only.split(",") if args.only else None):
         marks: list = []
         state = {"mb": -1}
-        targs = thp.build_parser().parse_args(["--layouts", args.layout, "--out", "/dev/null"])
-        targs.dtype = "bf16" if env.cuda else "fp32"
-        targs.on_model = lambda model, marks=marks, state=state: install_marks(model, marks, state)
-        trainer = thp.build_trainer(env, layout, shape, targs)
-        for _ in range(args.warmup):
-            trainer.step()
+        built = probe_common.warm_trainer(env, args.layout, shape, args.warmup,
+                                          on_model=lambda model, marks=marks, state=state:
+                                          install_marks(model, marks, state))
+        if built is None:
+            raise SystemExit(f"probe_tp_host_pace: {args.layout} needs {layout.world} processes, got {env.world}")
+        _, trainer = built
         for it in range(args.iters):
             marks.clear()
             state["mb"] = -1
