@@ -60,3 +60,29 @@ def test_summary_by_hand(tmp_path):
     f.write_text("{}\n")
     with pytest.raises(ValueError, match="line 1 is not a probe line"):
         probe.summarize(str(f))
+
+
+def test_micro_batch_host_time_and_its_spread_by_hand(tmp_path):
+    # from each micro-batch's first layer to its forward's end: rank 0 10 ms every time, rank 1 10, 12,
+    # 14 and 16 ms; the micro-batch's start (F) and the time before the first layer (the causal mask's
+    # synchronisation) are not host issue time and are left out
+    import json
+
+    ms = 1_000_000
+    lines = []
+    for rank, secs in ((0, (10, 10, 10, 10)), (1, (10, 12, 14, 16))):
+        marks = []
+        for mb, d in enumerate(secs):
+            t0 = mb * 100 * ms
+            marks += [["F", mb, -1, t0], ["L", mb, 0, t0 + 5 * ms], ["L", mb, 1, t0 + 7 * ms],
+                      ["E", mb, -1, t0 + 5 * ms + d * ms]]
+        lines.append({"layout": "tp2", "name": "s", "rank": rank, "iter": 0, "wall_s": 0.5, "marks": marks})
+    assert probe.micro_batch_host(lines[1]["marks"]) == {0: pytest.approx(0.010), 1: pytest.approx(0.012),
+                                                          2: pytest.approx(0.014), 3: pytest.approx(0.016)}
+    f = tmp_path / "pace.jsonl"
+    f.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    (row,) = probe.summarize(str(f))
+    # rank 1's quartiles (exclusive) 10.5 and 15.5 ms around a median of 13: 5 / 1.349 / 13; rank 0's 0
+    assert row["mb_cv"] == pytest.approx((5 / 1.349 / 13 + 0.0) / 2)
+    # slowest over mean per micro-batch: 1, 12/11, 14/12, 16/13; the median of the middle two
+    assert row["rank_spread"] == pytest.approx((12 / 11 + 14 / 12) / 2)
