@@ -941,6 +941,10 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
         host_file = _own_or_borrowed(path, HOST_FILE, meta, "host_overhead_from")
         if host_file is not None:  # the runtimes' host cost on the machine the samples came from
             prof.host_overhead = load_host_overhead(host_file)
+            from trainsim.calibration.rank_spread import RANK_LAG_FILE, load_rank_lag, with_rank_lag
+
+            if (path / RANK_LAG_FILE).is_file():  # this GPU's hosts: how far their slowest rank lags
+                prof.host_overhead = with_rank_lag(prof.host_overhead, *load_rank_lag(path / RANK_LAG_FILE))
         interference_file = _own_or_borrowed(path, INTERFERENCE_FILE, meta, "interference_from")
         if interference_file is not None:  # how compute and NCCL slow each other on that GPU
             from trainsim.calibration.interference import load_interference

@@ -10,6 +10,9 @@ is the topology's business.
 
 from __future__ import annotations
 
+import functools
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from trainsim.operators.ops import FP8_OF, Direction, Op, OpKind, bytes_moved, flops, fused_op
@@ -347,6 +350,53 @@ def megatron_runtime(mp: int, pp: int) -> str:
     it): its tensor-parallel autograd functions and collectives, and its pipeline's P2P, each add
     host work per layer (calibration/host_overhead.py)."""
     return "megatron_eager" + ("_tp" if mp > 1 else "") + ("_pp" if pp > 1 else "")
+
+
+#: Runtimes whose tensor-parallel ranks meet at collectives inside every layer of a micro-batch
+#: (DTensor TP's all-reduces), so where the host sets the pace a micro-batch takes as long as the
+#: slowest of their hosts (:func:`slowest_rank_factor`); measured for tp2 and tp4 (calibration/rank_spread.py).
+#: Not here: DDP's ranks meet once per iteration (``no_sync`` but for the last micro-batch), a pipeline's
+#: stages once per micro-batch, and FSDP2's shards at all-gathers issued a unit ahead (prefetch); with
+#: the lag over the shards too, the measured FSDP2 rows got worse (fsdp2xtp2 5.6 -> 8.7 %, docs/multi_gpu.md).
+RENDEZVOUS_RUNTIMES = frozenset({"dtensor_tp", "dtensor_tp_pp", "fsdp2_tp"})
+
+
+def meeting_ranks(runtime: str | None, tp: int) -> int:
+    """How many ranks meet inside every layer under ``runtime``: its TP group (1 for a runtime not in
+    :data:`RENDEZVOUS_RUNTIMES`)."""
+    return tp if runtime in RENDEZVOUS_RUNTIMES else 1
+
+
+@functools.lru_cache(maxsize=256)
+def expected_max_normal(n: int) -> float:
+    """E[max of ``n`` independent standard normals]: 0 for one, 0.5642 for two, 1.0294 for four, 1.4236
+    for eight (Simpson's rule on ``z n phi(z) Phi(z)^(n-1)`` over [-9, 9]; exact to 1e-9 for n <= 10^4)."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if n == 1:
+        return 0.0
+    steps, lo, hi = 3600, -9.0, 9.0
+    h = (hi - lo) / steps
+    total = 0.0
+    for i in range(steps + 1):
+        z = lo + i * h
+        f = z * n * math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) * (0.5 * math.erfc(-z / math.sqrt(2))) ** (n - 1)
+        total += f * (1 if i in (0, steps) else 4 if i % 2 else 2)
+    return total * h / 3
+
+
+def slowest_rank_factor(ranks: int, sigma: float, measured: Mapping[int, float] | None = None) -> float:
+    """How much longer the slowest of ``ranks`` hosts takes over a micro-batch than a typical one: the
+    ``measured`` lag for that many ranks where there is one (calibration/rank_spread.py), else ``1 +
+    sigma * E[max of ranks standard normals]``, host times spread normally with coefficient of variation
+    ``sigma`` across ranks (fitted to the measured lags). 1 for one rank."""
+    if not sigma >= 0:
+        raise ValueError(f"sigma must be >= 0, got {sigma}")
+    if ranks <= 1:
+        return 1.0
+    if measured and ranks in measured:
+        return float(measured[ranks])
+    return 1.0 + sigma * expected_max_normal(ranks)
 
 
 #: bytes per parameter of autograd accumulation into a 16-bit .grad (read both, write one), and of

@@ -19,7 +19,7 @@ from trainsim.operators import Collective, CollKind, Direction, DurationModel, O
 from trainsim.operators.errors import ConfigError, NoSamplesError
 from trainsim.operators.ops import FP8_GEMM_KINDS, UNFUSED_OF, eager_op, flops, hf_params
 from trainsim.operators.spec import Parallelism
-from trainsim.operators.stages import DPBuckets, GradSegment
+from trainsim.operators.stages import DPBuckets, GradSegment, meeting_ranks, slowest_rank_factor
 from trainsim.topology import ClusterSpec, Placement, closed_form_seconds
 
 
@@ -175,8 +175,10 @@ def _segment_ends(segments: Sequence[GradSegment], fwd: dict[Op, float], bwd: di
 #: runtime's stages do not synchronise per micro-batch.
 FLOW_SHOP_RUNTIMES = frozenset({"eager", "dtensor_tp", "fsdp2_tp"})
 #: Runtimes whose GPU-bound steps were measured slower than predicted on almost every row
-#: (docs/multi_gpu.md, "GPU-bound shapes": DTensor TP and FSDP2, alone and together, by a mean
-#: 3-16 % per layout on 2 and 4 H200s): a prediction whose steps the GPU paces says so in a note
+#: (docs/multi_gpu.md, "GPU-bound shapes": FSDP2 by a mean 2-4 % per layout on 2 and 4 H200s; DTensor
+#: TP, alone and under FSDP2, by 5-14 % on the H100 tables, whose hosts' rank lag was not measured):
+#: a prediction whose steps the GPU paces says so in a note, unless the profile's measured rank lag
+#: (calibration/rank_spread.py) already prices the runtime's slowest rank
 UNDER_PREDICTED_RUNTIMES = frozenset({"dtensor_tp", "fsdp2", "fsdp2_tp"})
 
 
@@ -266,6 +268,11 @@ def issue_flow_shop(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float],
     return idle_f, idle_b, max(0.0, gpu - host)
 
 
+def plan_tp(plan: StagePlan) -> int:
+    """The stage's tensor-parallel degree: the largest ``mp`` its operators are split by (1 without)."""
+    return max((oc.op.mp for oc in plan.forward), default=1)
+
+
 def host_machine_factors(table: dict[str, dict]) -> dict[str, float]:
     """Each machine's host-speed factor in a profile's host table (calibration/host_overhead.py). The
     spread of the host's speed is the machines', whichever runtime measured it: two machines that
@@ -299,11 +306,15 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
                      "its steps are priced by their GPU work alone")
         return {}
     head_tail = entry.get("head_tail")  # the micro-batch's host work outside its layers, in layers
-    per_mb = entry["per_layer_s"] * (plan.encoders + sum(stage_head_tail(plan, head_tail).values()))
+    # where the ranks meet inside every layer, a micro-batch waits for the slowest of their hosts
+    ranks = meeting_ranks(plan.runtime, plan_tp(plan))
+    lag = slowest_rank_factor(ranks, float(entry.get("rank_sigma", 0.0)), entry.get("rank_lag"))
+    per_layer_s = entry["per_layer_s"] * lag
+    per_mb = per_layer_s * (plan.encoders + sum(stage_head_tail(plan, head_tail).values()))
     total = fwd_s + bwd_s
     host_f = per_mb * (fwd_s / total if total > 0 else 1 / 3)
     host_b = per_mb - host_f
-    checkpoint_s = float(entry.get("checkpoint_s", 0.0)) if plan.issue_recompute else 0.0
+    checkpoint_s = float(entry.get("checkpoint_s", 0.0)) * lag if plan.issue_recompute else 0.0
     host_b += checkpoint_s * plan.encoders  # torch.utils.checkpoint's own work (issue_flow_shop)
     serial = entry["overlap"] == "serial"
 
@@ -314,6 +325,12 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
     gpu_f, gpu_b = fwd_s + mp_fwd, bwd_s + mp_bwd  # a step's GPU work: compute and MP collectives
     host, gpu = host_f + host_b, gpu_f + gpu_b
     host_bound = host > gpu if ahead else host_f > gpu_f or host_b > gpu_b
+    if lag > 1.0 and (serial or host_bound):
+        notes.append(f"the {plan.runtime} runtime's {ranks} ranks meet inside every layer, so its host-bound steps "
+                     f"take as long as the slowest of their hosts: x{lag:.3f} a typical rank's ("
+                     + ("measured" if ranks in (entry.get("rank_lag") or {}) else
+                        f"not measured for {ranks} ranks: a normal spread of rank_sigma {entry['rank_sigma']:.3f}")
+                     + "; calibration/rank_spread.py)")
     factors = host_machine_factors(table)
     if len(factors) > 1 and (serial or host_bound):
         lo, hi = min(factors.values()), max(factors.values())
@@ -322,16 +339,15 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
                      "(calibration/host_overhead.py), and a host-bound step varies as much; within one run "
                      "its iterations wander 6-24 % above the fastest, which the host lines describe "
                      "(docs/multi_gpu.md)")
-    elif plan.runtime in UNDER_PREDICTED_RUNTIMES:
+    elif plan.runtime in UNDER_PREDICTED_RUNTIMES and lag == 1.0:
         notes.append(f"the {plan.runtime} runtime ran slower than predicted on almost every run measured where the "
-                     "GPU sets the pace (2 and 4 H200s; by how much per layout: docs/multi_gpu.md, "
-                     "\"GPU-bound shapes\")")
+                     "GPU sets the pace (by how much per layout: docs/multi_gpu.md, \"GPU-bound shapes\")")
 
     # The per-iteration host work (optimizer issue, zero_grad, the losses) starts once the last
     # micro-batch's backward is issued; the GPU still has that micro-batch's backlog to run (what
     # its GPU work exceeds its host work by: the host synchronises with the GPU once per
     # micro-batch, so no more) and then the update. Only what outlasts both shows.
-    shop = (issue_flow_shop(plan, *prices, entry["per_layer_s"], checkpoint_s, head_tail, mp_after)
+    shop = (issue_flow_shop(plan, *prices, per_layer_s, checkpoint_s, head_tail, mp_after)
             if prices is not None and plan.runtime in FLOW_SHOP_RUNTIMES and not serial else None)
     if shop is not None:
         extra_f, extra_b, backlog = shop

@@ -10,6 +10,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
 
 import probe_tp_host_pace as probe  # noqa: E402
 
+from trainsim.calibration import rank_spread  # noqa: E402
+
 
 class _Inner(torch.nn.Module):
     def __init__(self):
@@ -77,7 +79,7 @@ def test_micro_batch_host_time_and_its_spread_by_hand(tmp_path):
             marks += [["F", mb, -1, t0], ["L", mb, 0, t0 + 5 * ms], ["L", mb, 1, t0 + 7 * ms],
                       ["E", mb, -1, t0 + 5 * ms + d * ms]]
         lines.append({"layout": "tp2", "name": "s", "rank": rank, "iter": 0, "wall_s": 0.5, "marks": marks})
-    assert probe.micro_batch_host(lines[1]["marks"]) == {0: pytest.approx(0.010), 1: pytest.approx(0.012),
+    assert rank_spread.micro_batch_host(lines[1]["marks"]) == {0: pytest.approx(0.010), 1: pytest.approx(0.012),
                                                           2: pytest.approx(0.014), 3: pytest.approx(0.016)}
     f = tmp_path / "pace.jsonl"
     f.write_text("\n".join(json.dumps(x) for x in lines) + "\n")

@@ -32,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import probe_common  # noqa: E402
 import train_hf_parallel as thp  # noqa: E402
 
+from trainsim.calibration import rank_spread  # noqa: E402
+
 
 def install_marks(model, marks: list, state: dict) -> None:
     """Hooks that append (kind, micro-batch, layer, ns) to ``marks``; ``state["mb"]`` counts forwards."""
@@ -68,37 +70,15 @@ def layer_times(marks: list) -> list[float]:
     return out
 
 
-def micro_batch_host(marks: list) -> dict[int, float]:
-    """Per micro-batch: seconds from its first layer's start to the forward's end, the host's own issue
-    time of the layers and the tail (after the causal mask's host-GPU synchronisation, which waits for
-    the GPU, so only where the host runs ahead of the GPU is it all host time: the tiny shapes)."""
-    first: dict[int, int] = {}
-    end: dict[int, int] = {}
-    for kind, mb, layer, t in marks:
-        if kind == "L" and layer == 0:
-            first[mb] = t
-        elif kind == "E":
-            end[mb] = t
-    return {mb: (end[mb] - t) * 1e-9 for mb, t in first.items() if mb in end}
-
-
-def _robust_cv(xs: list[float]) -> float:
-    """Interquartile range / 1.349 over the median: a normal's CV, unmoved by the odd stalled micro-batch."""
-    if len(xs) < 4:
-        return float("nan")
-    q = statistics.quantiles(xs, n=4)
-    return (q[2] - q[0]) / 1.349 / statistics.median(xs)
-
-
 def summarize(path: str) -> list[dict]:
     """Per (layout, shape): the iterations' seconds (slowest rank), each rank's median layer time, and
-    the micro-batches' forward host time (:func:`micro_batch_host`): ``mb_cv``, its spread within a rank
-    (:func:`_robust_cv`, the median over ranks), and ``rank_spread``, the median over micro-batches of
+    the micro-batches' forward host time (``calibration/rank_spread.py``): ``mb_cv``, its spread within a
+    rank (``robust_cv``, the median over ranks), and ``rank_spread``, the median over micro-batches of
     the slowest rank's over the ranks' mean (1 with one rank): how far the slowest of the ranks that
     meet at every layer's collectives lags their average."""
     walls: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
     layers: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    mbs: dict[tuple[str, str], dict[tuple[int, int], dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    lines: list[dict] = []
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         if not line.strip():
             continue
@@ -107,11 +87,14 @@ def summarize(path: str) -> list[dict]:
             key = (str(r["layout"]), str(r["name"]))
             walls[key][int(r["iter"])] = max(walls[key].get(int(r["iter"]), 0.0), float(r["wall_s"]))
             layers[key][int(r["rank"])] += layer_times(r["marks"])
-            for mb, sec in micro_batch_host(r["marks"]).items():
-                mbs[key][int(r["iter"]), mb][int(r["rank"])] = sec
+            lines.append(r)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             raise ValueError(f"{path}: line {n} is not a probe line "
                              f"(layout, name, rank, iter, wall_s, marks)") from None
+    try:
+        mbs = rank_spread.micro_batches(lines)
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{path}: marks are not [kind, micro_batch, layer, ns]") from None
     out = []
     for key, it_walls in walls.items():
         w = sorted(it_walls.values())
@@ -119,10 +102,11 @@ def summarize(path: str) -> list[dict]:
         for by_rank in mbs[key].values():
             for rank, sec in by_rank.items():
                 per_rank[rank].append(sec)
-        spreads = [max(v.values()) / statistics.fmean(v.values()) for v in mbs[key].values() if v]
+        spreads = [rank_spread.lag(v) for v in mbs[key].values() if v]
         out.append({"layout": key[0], "name": key[1], "min_s": w[0], "median_s": statistics.median(w),
                     "layer_s": {rank: statistics.median(v) for rank, v in sorted(layers[key].items()) if v},
-                    "mb_cv": statistics.median(_robust_cv(v) for v in per_rank.values()) if per_rank else float("nan"),
+                    "mb_cv": (statistics.median(rank_spread.robust_cv(v) for v in per_rank.values())
+                              if per_rank else float("nan")),
                     "rank_spread": statistics.median(spreads) if spreads else float("nan")})
     return out
 
