@@ -334,6 +334,10 @@ def test_profile_show_prints_the_curve_rows(tmp_path):
     curve_rows = [ln for ln in lines if len(ln) > 3 and ln[2] == "curve"]
     assert len(curve_rows) == 7
     assert all("mape_ge_64KiB=" in ln[-1] for ln in curve_rows)
+    # the host cost per runtime, with the H200 hosts' measured lag of the slowest tensor-parallel rank
+    host = {ln.split(":")[0].strip(): ln for ln in r.stdout.splitlines() if ln.startswith("  ") and " ms (" in ln}
+    assert "slowest of 2 ranks x1.071, 4 ranks x1.217" in host["dtensor_tp"]
+    assert "eager" in host and "slowest" not in host["eager"]
 
 
 # ----------------------------------------------------------------------------- held-out check on the H200 tables

@@ -106,10 +106,11 @@ def show(profile, as_json: bool, other=None) -> None:
     above = [f"{r['operator']} {r['direction']}" for r in rows if r["above_bar"]]
     cap = getattr(profile, "power_cap", None)
     curves = {k: [list(knot) for knot in c.knots] for k, c in cap.curves.items()} if cap is not None else None
+    host = _host_lines(getattr(profile, "host_overhead", None) or {})
     if as_json:
         print_json({"profile": profile.name, "model": model, "validation_bar_pct": VALIDATION_BAR_PCT,
                     "regressors": rows, "above_bar": above, "quirks": quirks, "power_cap": curves,
-                    "power_cap_spread": getattr(cap, "spread", None)})
+                    "power_cap_spread": getattr(cap, "spread", None), "host_overhead": host})
         return
     print(f"profile {profile.name}: {len(rows)} regressors, profile.model {model}"
           + (f" (validation MAPE of the {other_name} model beside)" if other is not None else ""))
@@ -128,10 +129,31 @@ def show(profile, as_json: bool, other=None) -> None:
         if getattr(cap, "spread", 0.0):
             print(f"  GPUs of this kind differ by {100 * cap.spread:.2f} % (relative s.d.) under the cap: "
                   "a job of n GPUs is priced at its slowest's (docs/efficiency.md)")
+    if host:
+        print("\nhost (CPU) cost per runtime (host_overhead.json, calibration/host_overhead.py): ms per layer and "
+              "micro-batch, ms per iteration; the slowest rank's lag where the ranks meet inside every layer "
+              "(rank_lag.json, calibration/rank_spread.py)")
+        for rt, h in host.items():
+            lag = h.get("rank_lag")
+            print(f"  {rt}: {h['per_layer_ms']:.3f} ms, {h['per_iteration_ms']:.2f} ms ({h['overlap']})"
+                  + (", slowest of " + ", ".join(f"{n} ranks x{v:.3f}" for n, v in lag.items())
+                     + f" (others: normal spread, sigma {h['rank_sigma']:.3f})" if lag else ""))
     if quirks:
         print(f"\n{len(quirks)} data quirks found in the samples (kept as measured):")
         for q in quirks:
             print(f"  {q}")
+
+
+def _host_lines(table: dict[str, dict]) -> dict[str, dict]:
+    """Per runtime of a profile's host table: its line in ms and, where it has one, the measured rank lag."""
+    out: dict[str, dict] = {}
+    for rt, e in sorted(table.items()):
+        out[rt] = {"per_layer_ms": 1e3 * e["per_layer_s"], "per_iteration_ms": 1e3 * e["per_iteration_s"],
+                   "overlap": e["overlap"]}
+        if e.get("rank_lag"):
+            out[rt]["rank_lag"] = {int(n): float(v) for n, v in sorted(e["rank_lag"].items())}
+            out[rt]["rank_sigma"] = float(e.get("rank_sigma", 0.0))
+    return out
 
 
 def _fmt(v: object) -> str:
