@@ -10,7 +10,8 @@ layer and when it is done with the forward (:func:`micro_batch_host`). At the ti
 (``host-*`` in ``validation/hf_parallel_shapes_host.csv``), where the host never waits for the GPU
 inside a forward, that is the host's own issue time. Per micro-batch, the slowest rank's over the ranks'
 mean is the lag; its median over a run's micro-batches is :func:`read_rank_spread`'s point for that many
-ranks. Measured on H200 hosts (2026-11-28): tp2 (machine BB) 1.05-1.10, tp4 (machine BI) 1.17-1.27.
+ranks. Measured on H200 hosts (2026-11-28), per tiny shape: tp2 1.05-1.10 (machine BB) and 1.09-1.16
+(BN), tp4 1.17-1.27 (BI); pooled, 1.094 for two ranks and 1.217 for four.
 
 For micro-batch host times spread normally with coefficient of variation ``sigma`` across ranks, the
 lag of ``n`` ranks is ``1 + sigma * E[max of n standard normals]``; :func:`fit_rank_sigma` fits ``sigma``
@@ -24,6 +25,7 @@ the lent H200 hosts; the H100 profile has none (no H100 host was probed rank by 
 tp4 rows ran no slower than their tp2 rows per layer-step: docs/multi_gpu.md).
 
     python -m trainsim.calibration.rank_spread validation/tp_host_pace_h200_2gpu_machineBB/tp_host_pace.jsonl \\
+        validation/rank_lag_h200_2gpu_machineBN/tp_host_pace.jsonl \\
         validation/tp_host_pace_h200_4gpu_machineBI/tp_host_pace.jsonl \\
         --out calibration/profiles/h200-sxm-bf16/rank_lag.json
 """

@@ -179,5 +179,6 @@ def test_the_shipped_rank_lag_is_what_its_command_writes(tmp_path, monkeypatch):
     monkeypatch.chdir(repo)  # the table names its sources relative to the repository, where its command runs
     out = tmp_path / RANK_LAG_FILE
     assert main(["validation/tp_host_pace_h200_2gpu_machineBB/tp_host_pace.jsonl",
+                 "validation/rank_lag_h200_2gpu_machineBN/tp_host_pace.jsonl",
                  "validation/tp_host_pace_h200_4gpu_machineBI/tp_host_pace.jsonl", "--out", str(out)]) == 0
     assert out.read_bytes() == (repo / "calibration" / "profiles" / "h200-sxm-bf16" / RANK_LAG_FILE).read_bytes()
