@@ -1,9 +1,11 @@
 """How far the slowest of the ranks that meet in every layer lags the others, on the host.
 
-Under DTensor tensor parallelism and FSDP2 the ranks meet at collectives inside every layer (the
-row-parallel all-reduces, the all-gathers), and once per micro-batch each rank's host waits for its
-own GPU (Hugging Face's causal-mask construction). Where the host sets the pace, a micro-batch then
-takes as long as the slowest rank's host issues it, not the typical rank's.
+Under DTensor tensor parallelism the ranks of a TP group meet at collectives inside every layer (the
+row-parallel all-reduces), and once per micro-batch each rank's host waits for its own GPU (Hugging
+Face's causal-mask construction). Where the host sets the pace, a micro-batch then takes as long as the
+slowest rank's host issues it, not the typical rank's. (FSDP2's shards also meet, at all-gathers issued
+a unit ahead; with the lag over them the measured rows got worse, so it is not applied there:
+:data:`trainsim.operators.stages.RENDEZVOUS_RUNTIMES`.)
 
 ``validation/probe_tp_host_pace.py`` marks, on every rank, when the host starts each micro-batch's first
 layer and when it is done with the forward (:func:`micro_batch_host`). At the tiny host shapes
@@ -118,7 +120,7 @@ def fit_rank_sigma(spread: Mapping[int, float]) -> float:
     den = sum(v * v for v in e.values())
     sigma = sum(e[n] * (spread[n] - 1.0) for n in e) / den if den else 0.0
     if not sigma > 0:
-        raise ConfigError("--rank-spread", f"the ranks' lags {dict(spread)} give no spread above 0")
+        raise ConfigError("rank lag", f"the ranks' lags {dict(spread)} give no spread above 0")
     return sigma
 
 
@@ -141,7 +143,7 @@ def load_rank_lag(path: str | Path) -> tuple[dict[int, float], float]:
 
 def with_rank_lag(host_overhead: Mapping[str, dict], lag: Mapping[int, float], sigma: float) -> dict[str, dict]:
     """A host table whose :data:`RENDEZVOUS_RUNTIMES` entries carry the measured ``rank_lag`` and
-    ``rank_sigma`` (what :func:`trainsim.sim.costs` scales their host lines by); the others unchanged."""
+    ``rank_sigma`` (what ``sim/costs.py`` scales their host lines by); the others unchanged."""
     return {rt: ({**e, "rank_lag": dict(lag), "rank_sigma": sigma} if rt in RENDEZVOUS_RUNTIMES else e)
             for rt, e in host_overhead.items()}
 
