@@ -355,16 +355,22 @@ def megatron_runtime(mp: int, pp: int) -> str:
 #: Runtimes whose tensor-parallel ranks meet at collectives inside every layer of a micro-batch
 #: (DTensor TP's all-reduces), so where the host sets the pace a micro-batch takes as long as the
 #: slowest of their hosts (:func:`slowest_rank_factor`); measured for tp2 and tp4 (calibration/rank_spread.py).
-#: Not here: DDP's ranks meet once per iteration (``no_sync`` but for the last micro-batch), a pipeline's
-#: stages once per micro-batch, and FSDP2's shards at all-gathers issued a unit ahead (prefetch); with
-#: the lag over the shards too, the measured FSDP2 rows got worse (fsdp2xtp2 5.6 -> 8.7 %, docs/multi_gpu.md).
+#: Under the pipelining runtime the stages also hand over every micro-batch step (1F1B), so a
+#: host-bound step waits for the slowest rank of every stage. Not here: DDP's ranks meet once per
+#: iteration (``no_sync`` but for the last micro-batch); the eager pipeline, whose hosts wander about
+#: half as much as DTensor's (machine BL) and whose rows got worse with the DTensor ranks' lag (pp2 2.6
+#: -> 3.1 % on the H200 tables); and FSDP2's shards, at all-gathers issued a unit ahead (prefetch), whose
+#: rows got worse with it too (fsdp2xtp2 5.6 -> 8.7 %; docs/multi_gpu.md).
 RENDEZVOUS_RUNTIMES = frozenset({"dtensor_tp", "dtensor_tp_pp", "fsdp2_tp"})
 
 
-def meeting_ranks(runtime: str | None, tp: int) -> int:
-    """How many ranks meet inside every layer under ``runtime``: its TP group (1 for a runtime not in
-    :data:`RENDEZVOUS_RUNTIMES`)."""
-    return tp if runtime in RENDEZVOUS_RUNTIMES else 1
+def meeting_ranks(runtime: str | None, tp: int, pp: int = 1) -> int:
+    """How many ranks' hosts a host-bound step of ``runtime`` waits for: its TP group, and under the
+    pipelining runtime (``dtensor_tp_pp``) every stage's, ``tp * pp``; 1 for a runtime not in
+    :data:`RENDEZVOUS_RUNTIMES`."""
+    if runtime not in RENDEZVOUS_RUNTIMES:
+        return 1
+    return tp * pp if runtime == "dtensor_tp_pp" else tp
 
 
 @functools.lru_cache(maxsize=256)

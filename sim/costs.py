@@ -283,7 +283,7 @@ def host_machine_factors(table: dict[str, dict]) -> dict[str, float]:
 def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: float, mp_fwd: float,
                  mp_bwd: float, update_s: float, notes: list[str],
                  prices: tuple[dict[Op, float], dict[Op, float]] | None = None,
-                 mp_after: dict[tuple[str, OpKind], float] | None = None) -> dict[str, float]:
+                 mp_after: dict[tuple[str, OpKind], float] | None = None, stages: int = 1) -> dict[str, float]:
     """A stage's host-time fields (StageCost) from the profile's table of its runtime, if any.
 
     The per-layer host time of a micro-batch is split between its forward and backward as their
@@ -306,8 +306,9 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
                      "its steps are priced by their GPU work alone")
         return {}
     head_tail = entry.get("head_tail")  # the micro-batch's host work outside its layers, in layers
-    # where the ranks meet inside every layer, a micro-batch waits for the slowest of their hosts
-    ranks = meeting_ranks(plan.runtime, plan_tp(plan))
+    # where the ranks meet inside every layer (and a pipeline's stages every step), a micro-batch waits
+    # for the slowest of their hosts (``stages``: the pipeline's)
+    ranks = meeting_ranks(plan.runtime, plan_tp(plan), stages)
     lag = slowest_rank_factor(ranks, float(entry.get("rank_sigma", 0.0)), entry.get("rank_lag"))
     per_layer_s = entry["per_layer_s"] * lag
     per_mb = per_layer_s * (plan.encoders + sum(stage_head_tail(plan, head_tail).values()))
@@ -326,7 +327,8 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
     host, gpu = host_f + host_b, gpu_f + gpu_b
     host_bound = host > gpu if ahead else host_f > gpu_f or host_b > gpu_b
     if lag > 1.0 and (serial or host_bound):
-        notes.append(f"the {plan.runtime} runtime's {ranks} ranks meet inside every layer, so its host-bound steps "
+        meet = "inside every layer" + (" and every pipeline step" if stages > 1 else "")
+        notes.append(f"the {plan.runtime} runtime's {ranks} ranks meet {meet}, so its host-bound steps "
                      f"take as long as the slowest of their hosts: x{lag:.3f} a typical rank's ("
                      + ("measured" if ranks in (entry.get("rank_lag") or {}) else
                         f"not measured for {ranks} ranks: a normal spread of rank_sigma {entry['rank_sigma']:.3f}")
@@ -941,7 +943,7 @@ def build_costs(
             fsdp_fwd_s=fsdp_f, fsdp_bwd_s=fsdp_b,
             **_interference(model, p, bwd, [float(c.bytes) for c in dp_ar[s]]),
             **_host_fields(model, p, fwd_s, bwd_s, mp_f, mp_b, upd[p.optimizer] + accum_s, notes, (fwd, bwd),
-                           mp_after[s]),
+                           mp_after[s], par.pp),
             compute_bound_s=_compute_bound_s(p, fwd, bwd, tc), power_cap_factor=factor,
         )
 

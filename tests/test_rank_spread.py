@@ -44,11 +44,12 @@ def test_the_lag_is_the_measured_one_where_measured_else_a_normal_spread():
         slowest_rank_factor(2, -0.1)
 
 
-@pytest.mark.parametrize(("runtime", "tp", "ranks"), [
-    ("dtensor_tp", 4, 4), ("fsdp2_tp", 2, 2), ("dtensor_tp_pp", 2, 2),
-    ("eager", 1, 1), ("fsdp2", 1, 1), ("eager_pp", 1, 1), ("megatron_eager_tp", 4, 1), (None, 2, 1)])
-def test_only_tensor_parallel_runtimes_meet_inside_every_layer(runtime, tp, ranks):
-    assert meeting_ranks(runtime, tp) == ranks
+@pytest.mark.parametrize(("runtime", "tp", "pp", "ranks"), [
+    ("dtensor_tp", 4, 1, 4), ("fsdp2_tp", 2, 1, 2), ("dtensor_tp_pp", 2, 2, 4), ("dtensor_tp_pp", 2, 4, 8),
+    ("eager", 1, 1, 1), ("fsdp2", 1, 1, 1), ("eager_pp", 1, 4, 1), ("megatron_eager_tp", 4, 1, 1), (None, 2, 1, 1)])
+def test_only_tensor_parallel_runtimes_wait_for_their_slowest_rank(runtime, tp, pp, ranks):
+    # a TP group meets inside every layer; under the pipelining runtime every stage's ranks meet every step
+    assert meeting_ranks(runtime, tp, pp) == ranks
 
 
 def _lines(layout: str, name: str, secs_by_rank: dict[int, list[float]]) -> list[dict]:
@@ -182,3 +183,16 @@ def test_the_shipped_rank_lag_is_what_its_command_writes(tmp_path, monkeypatch):
                  "validation/rank_lag_h200_2gpu_machineBN/tp_host_pace.jsonl",
                  "validation/tp_host_pace_h200_4gpu_machineBI/tp_host_pace.jsonl", "--out", str(out)]) == 0
     assert out.read_bytes() == (repo / "calibration" / "profiles" / "h200-sxm-bf16" / RANK_LAG_FILE).read_bytes()
+
+
+def test_a_tensor_parallel_pipeline_stage_waits_for_every_stage_s_ranks():
+    # pp2 x tp2: the stage's two TP ranks and the other stage's two hand over every step: four ranks
+    model = ModelSpec("m", hidden=256, heads=8, layers=4, seq_len=128, vocab=50432)
+    tr = TrainingSpec(micro_batch=1, micro_batches=4, precision="bf16", recompute="none", framework="hf", zero_stage=0)
+    plan = build_stage_plans(model, tr, Parallelism(pp=2, mp=2))[0]
+    assert plan.runtime == "dtensor_tp_pp"
+    args = (0.0005, 0.001, 0.0, 0.0, 0.001)  # the profile's dtensor_tp line prices the stages (a note says so)
+    alone, notes = _host_fields(_Profile(None), plan, *args, notes=[], stages=2), []
+    piped = _host_fields(_Profile({2: 1.07, 4: 1.22}), plan, *args, notes=notes, stages=2)
+    assert piped["host_fwd_s"] == pytest.approx(alone["host_fwd_s"] * 1.22)
+    assert any("4 ranks meet inside every layer and every pipeline step" in n for n in notes)
