@@ -159,7 +159,15 @@ def summary(table: list[dict]) -> dict:
 
     banded = [r for r in done if r.get("host_band_s")]
     inside = [r for r in banded if in_band(r["host_band_s"], r["measured_s"])]
+    by_layout: dict[str, list[float]] = {}
+    for r in done:
+        by_layout.setdefault(r["layout"], []).append(r["simulated_err_pct"])
+    # per layout: its MAPE and its mean signed error (a bias the runtime's model has, where the MAPE
+    # alone cannot tell a bias from one machine's host being fast or slow)
+    layouts = {lay: {"rows": len(v), "simulated_mape_pct": sum(abs(e) for e in v) / len(v),
+                     "simulated_mean_err_pct": sum(v) / len(v)} for lay, v in by_layout.items()}
     return {"rows": len(table), "predicted": len(done), "simulated_mape_pct": sum(errs) / len(errs),
+            "layouts": layouts,
             "host_band_rows": len(banded), "inside_host_band": len(inside),
             "simulated_max_abs_err_pct": max(errs), "closed_form_mape_pct": sum(eq7) / len(eq7),
             "closed_form_max_abs_err_pct": max(eq7), "skipped": len(table) - len(done),
@@ -185,6 +193,10 @@ def render(table: list[dict]) -> str:
                      f"(max {s['closed_form_max_abs_err_pct']:.1f} %)"
                      + (f"; peak memory MAPE {s['memory_mape_pct']:.1f} %" if s["memory_mape_pct"] is not None else "")
                      + (f"; {s['skipped']} skipped" if s["skipped"] else ""))
+        if len(s["layouts"]) > 1:
+            lines.append("per layout, simulated MAPE (mean error): " + ", ".join(
+                f"{lay} {v['simulated_mape_pct']:.1f} % ({v['simulated_mean_err_pct']:+.1f} %)"
+                for lay, v in s["layouts"].items()))
         if s["simulated_vs_median_mape_pct"] is not None:
             lines.append(f"against the median iteration ({s['rows_with_median']} rows): simulated MAPE "
                          f"{s['simulated_vs_median_mape_pct']:.1f} % (the table above is against the fastest)")

@@ -136,3 +136,20 @@ def test_the_summary_counts_the_rows_inside_their_host_band():
     assert (s["host_band_rows"], s["inside_host_band"]) == (2, 1)
     assert ("host band (each row on the fastest and the slowest host measured, x0.85 to x1.16): 2 rows have "
             "one, the measurement is inside it on 1") in compare_multi.render(table)
+
+
+def test_the_summary_gives_each_layout_its_mape_and_mean_error():
+    def row(layout, err):
+        return {"layout": layout, "shape": "s", "measured_s": 1.0, "measured_median_s": None,
+                "simulated_s": 1 + err / 100, "closed_form_s": 1.0, "simulated_err_pct": err,
+                "closed_form_err_pct": 0.0, "memory_err_pct": None, "host_band_s": None, "host_factors": None}
+
+    # tp2: +4 and -6 (MAPE 5, mean -1); 1gpu: +2 (MAPE 2, mean +2)
+    table = [row("tp2", 4.0), row("1gpu", 2.0), row("tp2", -6.0)]
+    s = compare_multi.summary(table)
+    assert s["layouts"] == {"tp2": {"rows": 2, "simulated_mape_pct": 5.0, "simulated_mean_err_pct": -1.0},
+                            "1gpu": {"rows": 1, "simulated_mape_pct": 2.0, "simulated_mean_err_pct": 2.0}}
+    assert "per layout, simulated MAPE (mean error): tp2 5.0 % (-1.0 %), 1gpu 2.0 % (+2.0 %)" in \
+        compare_multi.render(table)
+    # one layout: its summary is the table's, no per-layout line
+    assert "per layout" not in compare_multi.render(table[:1])
