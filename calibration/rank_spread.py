@@ -12,8 +12,8 @@ layer and when it is done with the forward (:func:`micro_batch_host`). At the ti
 (``host-*`` in ``validation/hf_parallel_shapes_host.csv``), where the host never waits for the GPU
 inside a forward, that is the host's own issue time. Per micro-batch, the slowest rank's over the ranks'
 mean is the lag; its median over a run's micro-batches is :func:`read_rank_spread`'s point for that many
-ranks. Measured on H200 hosts (2026-11-28), per tiny shape: tp2 1.05-1.10 (machine BB) and 1.09-1.16
-(BN), tp4 1.17-1.27 (BI); pooled, 1.094 for two ranks and 1.217 for four.
+ranks. Measured on H200 hosts (2026-11-28), per tiny shape: tp2 1.05-1.10 (machine BB), 1.09-1.16 (BN)
+and 1.02-1.13 (BR), tp4 1.17-1.27 (BI); pooled, 1.088 for two ranks and 1.217 for four.
 
 For micro-batch host times spread normally with coefficient of variation ``sigma`` across ranks, the
 lag of ``n`` ranks is ``1 + sigma * E[max of n standard normals]``; :func:`fit_rank_sigma` fits ``sigma``
@@ -28,6 +28,7 @@ tp4 rows ran no slower than their tp2 rows per layer-step: docs/multi_gpu.md).
 
     python -m trainsim.calibration.rank_spread validation/tp_host_pace_h200_2gpu_machineBB/tp_host_pace.jsonl \\
         validation/rank_lag_h200_2gpu_machineBN/tp_host_pace.jsonl \\
+        validation/rank_lag_layouts_h200_2gpu_machineBR/tp_host_pace.jsonl \\
         validation/tp_host_pace_h200_4gpu_machineBI/tp_host_pace.jsonl \\
         --out calibration/profiles/h200-sxm-bf16/rank_lag.json
 """
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -50,6 +52,9 @@ RANK_LAG_FILE = "rank_lag.json"
 
 #: the probe's shapes whose forward is all host time (validation/hf_parallel_shapes_host.csv)
 TINY_PREFIX = "host-"
+#: the layouts whose lag this measures: tensor parallelism alone (a file may also hold other layouts'
+#: lines: dp2's ranks do not meet inside a micro-batch, fsdp2's lag is not the one applied)
+TP_LAYOUT = re.compile(r"tp\d+")
 
 
 def micro_batch_host(marks: Sequence[Sequence]) -> dict[int, float]:
@@ -91,16 +96,16 @@ def lag(by_rank: Mapping[int, float]) -> float:
 
 
 def read_rank_spread(paths: Sequence[str]) -> dict[int, float]:
-    """Per number of ranks: the median over every file's tiny-shape micro-batches of :func:`lag` (a file
-    may hold several layouts; each micro-batch counts once). ConfigError naming a file that is not the
-    probe's output or has no tiny shape of more than one rank."""
+    """Per number of ranks: the median over every file's tiny-shape micro-batches of :func:`lag` under
+    tensor parallelism alone (:data:`TP_LAYOUT`; each micro-batch counts once). ConfigError naming a file
+    that is not the probe's output or has no tiny shape of a TP layout on more than one rank."""
     lags: dict[int, list[float]] = defaultdict(list)
     for path in paths:
         try:
             lines = [json.loads(s) for s in Path(path).read_text().splitlines() if s.strip()]
             found = 0
-            for (_, name), mbs in micro_batches(lines).items():
-                if not name.startswith(TINY_PREFIX):
+            for (layout, name), mbs in micro_batches(lines).items():
+                if not (name.startswith(TINY_PREFIX) and TP_LAYOUT.fullmatch(layout)):
                     continue
                 for by_rank in mbs.values():
                     if len(by_rank) > 1:
@@ -109,7 +114,7 @@ def read_rank_spread(paths: Sequence[str]) -> dict[int, float]:
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ConfigError(path, f"not validation/probe_tp_host_pace.py output: {e}") from None
         if not found:
-            raise ConfigError(path, f"no {TINY_PREFIX}* shape run on more than one rank")
+            raise ConfigError(path, f"no {TINY_PREFIX}* shape of a tpN layout run on more than one rank")
     return {n: float(statistics.median(v)) for n, v in sorted(lags.items())}
 
 

@@ -73,8 +73,10 @@ def _write(path, lines: list[dict]) -> str:
 
 def test_the_lag_per_number_of_ranks_by_hand(tmp_path):
     # tp2: micro-batches of 10 and 10 ms on rank 0, 12 and 14 on rank 1: lags 12/11 and 14/12; a GPU-bound
-    # shape (its forward waits for the GPU) lags 2x and is left out. tp4: every micro-batch 10, 10, 10, 14.
+    # shape (its forward waits for the GPU) lags 2x and is left out, and so are other layouts' lines (dp2's
+    # ranks do not meet inside a micro-batch). tp4: every micro-batch 10, 10, 10, 14.
     two = _lines("tp2", "host-L1-m2", {0: [10, 10], 1: [12, 14]}) + _lines("tp2", "g4096-L6", {0: [10], 1: [30]})
+    two += _lines("dp2", "host-L1-m2", {0: [10, 10], 1: [30, 30]}) + _lines("fsdp2", "host-L1-m2", {0: [10], 1: [30]})
     four = _lines("tp4", "host-L1-m2", {0: [10, 10], 1: [10, 10], 2: [10, 10], 3: [14, 14]})
     lag = read_rank_spread([_write(tmp_path / "a.jsonl", two), _write(tmp_path / "b.jsonl", four)])
     assert lag == {2: pytest.approx((12 / 11 + 14 / 12) / 2), 4: pytest.approx(14 / 11)}
@@ -181,6 +183,7 @@ def test_the_shipped_rank_lag_is_what_its_command_writes(tmp_path, monkeypatch):
     out = tmp_path / RANK_LAG_FILE
     assert main(["validation/tp_host_pace_h200_2gpu_machineBB/tp_host_pace.jsonl",
                  "validation/rank_lag_h200_2gpu_machineBN/tp_host_pace.jsonl",
+                 "validation/rank_lag_layouts_h200_2gpu_machineBR/tp_host_pace.jsonl",
                  "validation/tp_host_pace_h200_4gpu_machineBI/tp_host_pace.jsonl", "--out", str(out)]) == 0
     assert out.read_bytes() == (repo / "calibration" / "profiles" / "h200-sxm-bf16" / RANK_LAG_FILE).read_bytes()
 
