@@ -229,6 +229,28 @@ def issue_flow_shop(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float],
     all-reduces that follow an operator of that kind in that pass ("fwd", "bwd", "rec"). The
     compute stream waits for them; the host does not, so it gains on the GPU meanwhile.
     """
+    order = issue_order(plan, fwd, bwd, host_per_layer_s, checkpoint_s, head_tail, mp_after)
+    if order is None:
+        return None
+    host = gpu = 0.0
+    idle = [0.0, 0.0]
+    for part, ops in enumerate(order):
+        for issue, price, allreduce in ops:
+            host += issue
+            start = max(gpu, host)
+            idle[part] += start - gpu
+            gpu = start + price + allreduce
+    return idle[0], idle[1], max(0.0, gpu - host)
+
+
+def issue_order(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float], host_per_layer_s: float,
+                checkpoint_s: float = 0.0, head_tail: dict[str, float] | None = None,
+                mp_after: dict[tuple[str, OpKind], float] | None = None
+                ) -> tuple[list[tuple[float, float, float]], list[tuple[float, float, float]]] | None:
+    """One micro-batch's operators in the order the host issues them, forward and backward (None: the
+    plan has no issue order): per operator (host seconds to issue it, its GPU seconds, the GPU seconds
+    of the MP all-reduces after it), as :func:`issue_flow_shop` says. Shared with
+    validation/experiments/rank_lag_flow_shop.py, which couples several ranks' orders."""
     if not plan.issue_layer:
         return None
     n = plan.encoders
@@ -243,34 +265,22 @@ def issue_flow_shop(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float],
         per, h = host_per_layer_s, host_per_layer_s / (2 * len(layer))
         issue_f = (ends["head_fwd"] * per / max(1, len(head)), h, ends["tail_fwd"] * per / max(1, len(tail)))
         issue_b = (ends["head_bwd"] * per / max(1, len(head)), h, ends["tail_bwd"] * per / max(1, len(tail)))
-    forward = [(op, issue_f[0]) for op in head] + [(op, issue_f[1]) for op in layer] * n \
-        + [(op, issue_f[2]) for op in tail]
-    # (operator, its price table, host time to issue it): a checkpoint's own work precedes its
-    # layer's recompute (restoring the RNG, detaching the inputs), which re-issues its forward
     after = mp_after or {}
-    backward = [(op, bwd, issue_b[2], "bwd") for op in reversed(tail)]
+
+    def row(op: Op, table: dict[Op, float], issue: float, pass_: str) -> tuple[float, float, float]:
+        return issue, table[op], after.get((pass_, op.kind), 0.0)
+
+    forward = [row(op, fwd, issue_f[0], "fwd") for op in head] + [row(op, fwd, issue_f[1], "fwd") for op in layer] * n \
+        + [row(op, fwd, issue_f[2], "fwd") for op in tail]
+    # a checkpoint's own work precedes its layer's recompute (restoring the RNG, detaching the
+    # inputs), which re-issues its forward
+    backward = [row(op, bwd, issue_b[2], "bwd") for op in reversed(tail)]
     for _ in range(n):
-        backward += [(op, fwd, issue_f[1] + (checkpoint_s if i == 0 else 0.0), "rec")
+        backward += [row(op, fwd, issue_f[1] + (checkpoint_s if i == 0 else 0.0), "rec")
                      for i, op in enumerate(plan.issue_recompute)]
-        backward += [(op, bwd, issue_b[1], "bwd") for op in reversed(layer)]
-    backward += [(op, bwd, issue_b[0], "bwd") for op in reversed(head)]
-    host = gpu = idle_f = idle_b = 0.0
-    for op, issue in forward:
-        host += issue
-        start = max(gpu, host)
-        idle_f += start - gpu
-        gpu = start + fwd[op] + after.get(("fwd", op.kind), 0.0)
-    for op, table, issue, pass_ in backward:
-        host += issue
-        start = max(gpu, host)
-        idle_b += start - gpu
-        gpu = start + table[op] + after.get((pass_, op.kind), 0.0)
-    return idle_f, idle_b, max(0.0, gpu - host)
-
-
-def plan_tp(plan: StagePlan) -> int:
-    """The stage's tensor-parallel degree: the largest ``mp`` its operators are split by (1 without)."""
-    return max((oc.op.mp for oc in plan.forward), default=1)
+        backward += [row(op, bwd, issue_b[1], "bwd") for op in reversed(layer)]
+    backward += [row(op, bwd, issue_b[0], "bwd") for op in reversed(head)]
+    return forward, backward
 
 
 def host_machine_factors(table: dict[str, dict]) -> dict[str, float]:
@@ -283,7 +293,8 @@ def host_machine_factors(table: dict[str, dict]) -> dict[str, float]:
 def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: float, mp_fwd: float,
                  mp_bwd: float, update_s: float, notes: list[str],
                  prices: tuple[dict[Op, float], dict[Op, float]] | None = None,
-                 mp_after: dict[tuple[str, OpKind], float] | None = None, stages: int = 1) -> dict[str, float]:
+                 mp_after: dict[tuple[str, OpKind], float] | None = None,
+                 par: Parallelism | None = None) -> dict[str, float]:
     """A stage's host-time fields (StageCost) from the profile's table of its runtime, if any.
 
     The per-layer host time of a micro-batch is split between its forward and backward as their
@@ -307,8 +318,8 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
         return {}
     head_tail = entry.get("head_tail")  # the micro-batch's host work outside its layers, in layers
     # where the ranks meet inside every layer (and a pipeline's stages every step), a micro-batch waits
-    # for the slowest of their hosts (``stages``: the pipeline's)
-    ranks = meeting_ranks(plan.runtime, plan_tp(plan), stages)
+    # for the slowest of their hosts (``par``: the layout; none given, one rank)
+    ranks = meeting_ranks(plan.runtime, par.mp, par.pp) if par is not None else 1
     lag = slowest_rank_factor(ranks, float(entry.get("rank_sigma", 0.0)), entry.get("rank_lag"))
     per_layer_s = entry["per_layer_s"] * lag
     per_mb = per_layer_s * (plan.encoders + sum(stage_head_tail(plan, head_tail).values()))
@@ -327,7 +338,7 @@ def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: flo
     host, gpu = host_f + host_b, gpu_f + gpu_b
     host_bound = host > gpu if ahead else host_f > gpu_f or host_b > gpu_b
     if lag > 1.0 and (serial or host_bound):
-        meet = "inside every layer" + (" and every pipeline step" if stages > 1 else "")
+        meet = "inside every layer" + (" and every pipeline step" if par is not None and par.pp > 1 else "")
         notes.append(f"the {plan.runtime} runtime's {ranks} ranks meet {meet}, so its host-bound steps "
                      f"take as long as the slowest of their hosts: x{lag:.3f} a typical rank's ("
                      + ("measured" if ranks in (entry.get("rank_lag") or {}) else
@@ -943,7 +954,7 @@ def build_costs(
             fsdp_fwd_s=fsdp_f, fsdp_bwd_s=fsdp_b,
             **_interference(model, p, bwd, [float(c.bytes) for c in dp_ar[s]]),
             **_host_fields(model, p, fwd_s, bwd_s, mp_f, mp_b, upd[p.optimizer] + accum_s, notes, (fwd, bwd),
-                           mp_after[s], par.pp),
+                           mp_after[s], par),
             compute_bound_s=_compute_bound_s(p, fwd, bwd, tc), power_cap_factor=factor,
         )
 

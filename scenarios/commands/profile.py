@@ -151,8 +151,8 @@ def _host_lines(table: dict[str, dict]) -> dict[str, dict]:
         out[rt] = {"per_layer_ms": 1e3 * e["per_layer_s"], "per_iteration_ms": 1e3 * e["per_iteration_s"],
                    "overlap": e["overlap"]}
         if e.get("rank_lag"):
-            out[rt]["rank_lag"] = {int(n): float(v) for n, v in sorted(e["rank_lag"].items())}
-            out[rt]["rank_sigma"] = float(e.get("rank_sigma", 0.0))
+            out[rt]["rank_lag"] = dict(sorted(e["rank_lag"].items()))
+            out[rt]["rank_sigma"] = e["rank_sigma"]
     return out
 
 

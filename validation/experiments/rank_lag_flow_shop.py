@@ -27,28 +27,14 @@ import numpy as np
 
 from trainsim.scenarios import compare_multi
 from trainsim.sim import costs
-from trainsim.sim.costs import stage_head_tail
 
 
 def operators(c: dict) -> np.ndarray:
-    """Rows (host issue s, GPU s, all-reduce s after it) of one micro-batch, as issue_flow_shop orders them."""
-    plan, fwd, bwd, per, after = c["plan"], c["fwd"], c["bwd"], c["h"], c["after"] or {}
-    head, layer, tail, n = plan.issue_head, plan.issue_layer, plan.issue_tail, plan.encoders
-    ends = stage_head_tail(plan, c["ht"])
-    h = per / (2 * len(layer))
-    i_f = (ends["head_fwd"] * per / max(1, len(head)), h, ends["tail_fwd"] * per / max(1, len(tail)))
-    i_b = (ends["head_bwd"] * per / max(1, len(head)), h, ends["tail_bwd"] * per / max(1, len(tail)))
-
-    def row(issue, table, op, pass_):
-        return issue, table[op], after.get((pass_, op.kind), 0.0)
-
-    ops = [row(i_f[0], fwd, o, "fwd") for o in head] + [row(i_f[1], fwd, o, "fwd") for o in layer] * n
-    ops += [row(i_f[2], fwd, o, "fwd") for o in tail] + [row(i_b[2], bwd, o, "bwd") for o in reversed(tail)]
-    for _ in range(n):
-        ops += [row(i_f[1] + (c["ck"] if i == 0 else 0.0), fwd, o, "rec") for i, o in enumerate(plan.issue_recompute)]
-        ops += [row(i_b[1], bwd, o, "bwd") for o in reversed(layer)]
-    ops += [row(i_b[0], bwd, o, "bwd") for o in reversed(head)]
-    return np.array(ops)
+    """Rows (host issue s, GPU s, all-reduce s after it) of one micro-batch in the simulation's own issue
+    order (``sim.costs.issue_order``), forward then backward."""
+    order = costs.issue_order(c["plan"], c["fwd"], c["bwd"], c["h"], c["ck"], c["ht"], c["after"])
+    assert order is not None
+    return np.array(order[0] + order[1])
 
 
 def coupled(ops: np.ndarray, factors: np.ndarray, gpu: float = 1.0) -> float:
