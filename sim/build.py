@@ -61,7 +61,8 @@ def step_costs(costs: IterationCosts, own_stage_times: bool, st: StageCost, chun
     """The cost of every (kind, chunk) step of stage ``st``.
 
     Without ``own_stage_times`` (Eq. 7's assumption) every forward is ``max_fwd_s / chunks`` and
-    every backward ``max_bwd_s / chunks`` with the MP syncs and the P2P send inside.
+    every backward ``max_bwd_s / chunks``: the slowest stage's compute, MP syncs, host excess, FSDP and
+    CP time, each charged as itself, and its P2P send inside the compute.
     """
     pp, v = costs.pp, chunks
     s = st.index
@@ -74,10 +75,15 @@ def step_costs(costs: IterationCosts, own_stage_times: bool, st: StageCost, chun
         prv = ((vs - 1) % pp, (vs - 1) // pp) if vs > 0 else None
         wrap_p2p = costs.stages[0].p2p_fwd_s  # interleaved: rank pp-1 -> rank 0 (same message)
         if not own_stage_times:
-            f = max(x.fwd_s for x in costs.stages) / v
-            b = max(x.bwd_s for x in costs.stages) / v
-            out[StepKind.F, c] = StepCost(f, 0.0, 0.0, 0.0, nxt, prv is not None)
-            out[StepKind.B, c] = StepCost(b, 0.0, 0.0, 0.0, prv, nxt is not None)
+            # every slot is the slowest stage's, made of that stage's parts (so the breakdown says where
+            # Eq. 7's slot goes: compute, MP syncs, host, FSDP, CP); its P2P send stays inside the slot's
+            # compute, as Eq. 7 charges it, without a rendezvous
+            f, b = max(costs.stages, key=lambda x: x.fwd_s), max(costs.stages, key=lambda x: x.bwd_s)
+            out[StepKind.F, c] = StepCost((f.fwd_compute_s + f.p2p_fwd_s) / v, 0.0, f.mp_fwd_s / v, 0.0, nxt,
+                                          prv is not None, f.host_fwd_extra_s / v, f.fsdp_fwd_s / v, f.cp_fwd_s / v)
+            out[StepKind.B, c] = StepCost((b.bwd_compute_s + b.p2p_bwd_s) / v, b.recompute_s / v, b.mp_bwd_s / v, 0.0,
+                                          prv, nxt is not None, b.host_bwd_extra_s / v, b.fsdp_bwd_s / v,
+                                          b.cp_bwd_s / v)
             continue
         p2p_f = st.p2p_fwd_s if s < pp - 1 else (wrap_p2p if nxt is not None else 0.0)
         p2p_b = st.p2p_bwd_s if s > 0 else (wrap_p2p if prv is not None else 0.0)

@@ -8,7 +8,8 @@ durations come precomputed from :class:`sim.costs.StageCost`; nothing is predict
 Modes (see :class:`SimOptions`; ``compare`` switches the effects on one at a time):
 
 * **ideal** — Eq. 7's assumptions: every forward slot is ``max_fwd_s`` and every backward
-  slot ``max_bwd_s`` (MP syncs and the P2P send inside, charged to the sender), no links.
+  slot ``max_bwd_s`` (the slowest stage's compute, MP syncs, host excess, FSDP and CP time, each
+  tallied as itself; the P2P send inside the compute, charged to the sender), no links.
   After its last backward a stage runs its DP all-reduce (``dp_allreduce_s``); its update
   (``update_s``) starts once every stage's all-reduce is done (the framework's global
   gradient-norm all-reduce is a barrier before the optimizer step). Stage s drains

@@ -1,5 +1,6 @@
 """The simulation: golden timelines, Eq. 7 as the ideal special case, contention, hooks, outputs."""
 
+import dataclasses
 import json
 
 import pytest
@@ -134,6 +135,18 @@ def test_ideal_with_replicas_and_unequal_tail():
                  m=3, dp=3)
     r = simulate(c, None, mode="ideal")
     assert r.iteration_s == pytest.approx(4 * 3.0 + 4.0) == pytest.approx(eq7(c).iteration_s)
+
+
+def test_ideal_breakdown_splits_the_slot_into_its_parts():
+    # Eq. 7's slot is the slowest stage's forward (1 + MP 0.5 + host 0.25) and backward (2 + 1 + 0.5); every
+    # stage runs it, and the breakdown says what it is made of: stage 0 (critical: it drains last) runs two
+    # of each, 10.5 s busy, and waits out the other 5.25 s of (m + p - 1) * 5.25 s.
+    slow = dataclasses.replace(stage(0, 1.0, 2.0, mpf=0.5, mpb=1.0), host_fwd_extra_s=0.25, host_bwd_extra_s=0.5)
+    c = costs_of([slow, stage(1, 0.5, 1.0)], m=2)
+    r = simulate(c, None, mode="ideal")
+    assert r.iteration_s == pytest.approx(3 * 5.25) == pytest.approx(eq7(c).iteration_s)
+    got = {k: v for k, v in r.breakdown.items() if v}
+    assert got == pytest.approx({"compute": 6.0, "mp": 3.0, "host": 1.5, "idle": 5.25})
 
 
 # -- determinism, hooks, errors -------------------------------------------------------------------------
