@@ -4,7 +4,7 @@ FSDP2 (``fully_shard``) copies the rank's shards into the all-gather's flat inpu
 (``_foreach_copy_``, on the all-gather's stream before the collective), every parameter of a unit
 out of the all-gather's flat output into the unsharded parameters (``split_with_sizes_copy``) and
 every unsharded gradient into the reduce-scatter's flat input (``_chunk_cat``), the last two on the
-compute stream (``sim/costs.py`` says where each runs). They are memory-bound copies, but none
+compute stream (``sim/exposed.py`` says where each runs). They are memory-bound copies, but none
 runs at the rate of the gradient accumulation's ``add`` that priced the last two before:
 ``validation/probe_fsdp_copies.py`` timed the four on the tensors of a GPT-NeoX layer and of the
 root unit (embedding and LM head), hidden 512–8192, world 2 and 4, on one GPU. At hidden 4096,

@@ -29,7 +29,7 @@ of one layer's forward and backward host time (``--head-tail`` reads its JSON li
 medians go into the ``eager`` runtime's ``head_tail``). Measured on an H100 host
 (``validation/head_host_h100_machineY/``): head forward 0.37, tail forward 0.31, head backward
 0.10, tail backward 0.35, 1.13 layers per micro-batch. With them the eager line's layer-steps
-are ``micro_batches * (layers + 1.13)``, and the flow shop (``sim/costs.py``) gives each part its
+are ``micro_batches * (layers + 1.13)``, and the flow shop (``sim/host_time.py``) gives each part its
 own share, so the GPU waits out the head's host work after the synchronisation at a micro-batch's
 start. (Fitted without them, the line's per-micro-batch term is absorbed into the per-layer and
 per-iteration terms: a least-squares fit with a free per-micro-batch term over the same rows gives

@@ -148,7 +148,7 @@ def load_rank_lag(path: str | Path) -> tuple[dict[int, float], float]:
 
 def with_rank_lag(host_overhead: Mapping[str, dict], lag: Mapping[int, float], sigma: float) -> dict[str, dict]:
     """A host table whose :data:`RENDEZVOUS_RUNTIMES` entries carry the measured ``rank_lag`` and
-    ``rank_sigma`` (what ``sim/costs.py`` scales their host lines by); the others unchanged."""
+    ``rank_sigma`` (what ``sim/host_time.py`` scales their host lines by); the others unchanged."""
     return {rt: ({**e, "rank_lag": dict(lag), "rank_sigma": sigma} if rt in RENDEZVOUS_RUNTIMES else e)
             for rt, e in host_overhead.items()}
 

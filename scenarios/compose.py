@@ -17,8 +17,9 @@ from trainsim.operators.memory import MemoryEstimate, MemoryFit, fit_report, mem
 from trainsim.operators.ops import Direction
 from trainsim.scenarios.extrapolation import Extrapolation, find_extrapolated, stage_ops
 from trainsim.scenarios.schema import Scenario
-from trainsim.sim.costs import IterationCosts, build_costs, host_machine_factors
+from trainsim.sim.costs import IterationCosts, build_costs
 from trainsim.sim.eq7 import Eq7Result, eq7
+from trainsim.sim.host_time import host_machine_factors
 from trainsim.topology import GPU_PRESETS
 
 if TYPE_CHECKING:  # the engine imports simpy: not for `trainsim predict`

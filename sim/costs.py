@@ -11,15 +11,17 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from trainsim.operators import Collective, CollKind, Direction, DurationModel, Op, OpKind, StagePlan, TrainingSpec
 from trainsim.operators.errors import ConfigError, NoSamplesError
-from trainsim.operators.ops import FP8_GEMM_KINDS, UNFUSED_OF, eager_op, flops, hf_params
+from trainsim.operators.ops import FP8_GEMM_KINDS, UNFUSED_OF, eager_op, flops
 from trainsim.operators.spec import Parallelism
-from trainsim.operators.stages import DPBuckets, GradSegment, meeting_ranks, slowest_rank_factor
+from trainsim.operators.stages import DPBuckets, GradSegment
+from trainsim.sim.exposed import FSDPCopies, cp_exposed, fsdp_copies, fsdp_exposed, fsdp_full_pass, tp_overlapped
+from trainsim.sim.host_time import host_fields
 from trainsim.topology import ClusterSpec, Placement, closed_form_seconds
 
 
@@ -65,7 +67,7 @@ class StageCost:
     host_bwd_extra_s: float = 0.0
     host_update_s: float = 0.0
     # FSDP2: per micro-batch, the all-gathers and reduce-scatters its prefetching does not hide
-    # behind the layers' compute (see _fsdp_exposed)
+    # behind the layers' compute (see fsdp_exposed)
     fsdp_fwd_s: float = 0.0
     fsdp_bwd_s: float = 0.0
     # Measured compute-communication interference (the profile's, see _interference): the factor
@@ -84,7 +86,7 @@ class StageCost:
     # dp_allgather_s is what is left exposed
     dp_allgather_hidden_s: float = 0.0
     # Context parallelism, per micro-batch: the K/V ring's sends the attention does not hide
-    # (see _cp_exposed), all the ring's send time, and one forward send alone (its rate)
+    # (see cp_exposed), all the ring's send time, and one forward send alone (its rate)
     cp_fwd_s: float = 0.0
     cp_bwd_s: float = 0.0
     cp_ring_s: float = 0.0
@@ -166,386 +168,8 @@ def _segment_ends(segments: Sequence[GradSegment], fwd: dict[Op, float], bwd: di
     return [e / t if t > 0 else 1.0 for e in ends]
 
 
-#: Runtimes whose host waits for the GPU at each micro-batch's start (Hugging Face's causal-mask
-#: construction) and then issues it operator by operator: their host excess is a flow shop's idle
-#: time (:func:`issue_flow_shop`). DTensor TP's too, alone or inside FSDP2 (torchtitan's 2D), with
-#: its all-reduces on the GPU in issue order (at GPU-bound shapes its forward issues about as fast
-#: as the GPU runs it: docs/multi_gpu.md, "GPU-bound shapes"). FSDP2's own host work gathers in its
-#: hooks at the layer boundaries (the shop on it was tried twice and left out), and the pipelining
-#: runtime's stages do not synchronise per micro-batch.
-FLOW_SHOP_RUNTIMES = frozenset({"eager", "dtensor_tp", "fsdp2_tp"})
-#: Runtimes whose GPU-bound steps were measured slower than predicted on almost every row
-#: (docs/multi_gpu.md, "GPU-bound shapes": FSDP2 by a mean 2-4 % per layout on 2 and 4 H200s; DTensor
-#: TP, alone and under FSDP2, by 5-14 % on the H100 tables, whose hosts' rank lag was not measured):
-#: a prediction whose steps the GPU paces says so in a note, unless the profile's measured rank lag
-#: (calibration/rank_spread.py) already prices the runtime's slowest rank
-UNDER_PREDICTED_RUNTIMES = frozenset({"dtensor_tp", "fsdp2", "fsdp2_tp"})
 
 
-def stage_head_tail(plan: StagePlan, head_tail: dict[str, float] | None) -> dict[str, float]:
-    """The parts of a micro-batch's host work outside its layers that this stage runs, in layers
-    (the runtime table's ``head_tail``, calibration/host_overhead.py): the head where the stage has
-    the embedding, the tail where it has the LM head; zeros where the table has none."""
-    ht = head_tail or {}
-    head, tail = plan.role.has_embedding, plan.role.has_head
-    return {"head_fwd": ht.get("head_fwd", 0.0) if head else 0.0, "head_bwd": ht.get("head_bwd", 0.0) if head else 0.0,
-            "tail_fwd": ht.get("tail_fwd", 0.0) if tail else 0.0, "tail_bwd": ht.get("tail_bwd", 0.0) if tail else 0.0}
-
-
-def issue_flow_shop(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float],
-                    host_per_layer_s: float, checkpoint_s: float = 0.0,
-                    head_tail: dict[str, float] | None = None,
-                    mp_after: dict[tuple[str, OpKind], float] | None = None) -> tuple[float, float, float] | None:
-    """The GPU's idle time in one micro-batch's forward and backward, and its backlog when the host
-    has issued the last backward operator, for a runtime that synchronises host and GPU at each
-    micro-batch's start (Hugging Face's causal-mask construction; None: the plan has no issue order).
-
-    A two-machine flow shop: the host issues the operators in order (``plan.issue_*``: the head, the
-    layers, the tail; the backward in reverse, each checkpointed layer's recompute first), each
-    taking ``h`` seconds of host time, and the GPU runs each once it is issued and the previous one
-    is done. ``h`` spreads the fitted host line (``host_per_layer_s`` per layer and micro-batch,
-    forward and backward, calibration/host_overhead.py) evenly over the operators a micro-batch
-    issues without recompute; a recompute re-issues its operators at the same ``h``. Where a run of
-    cheap kernels (norms, element-wise) comes faster than the host issues it, the GPU idles even if
-    the step's host total is below its GPU total: what a per-step max(host, GPU) misses. Measured:
-    one H100, d1024-L12 b4, 4.7 ms per micro-batch short of the measurement before this term, 3.0 ms
-    of it here (docs/multi_gpu.md, "One GPU, micro-batch by micro-batch").
-
-    A checkpointed layer (``plan.issue_recompute``) costs the host ``checkpoint_s`` more than issuing
-    its operators: ``torch.utils.checkpoint``'s own work in the backward (restoring the RNG states,
-    detaching the inputs, the nested backward), charged before the layer's recompute. Its forward
-    runs without recording a graph, which offsets saving the RNG states; the probe that measured
-    ``checkpoint_s`` does not tell the split (validation/fit_checkpoint_overhead.py, docs/h100.md).
-
-    ``head_tail`` (the runtime table's, in layers; :func:`stage_head_tail`): the head's and the
-    tail's own host work, measured (validation/probe_head_host.py). Then a layer's host time is
-    spread evenly over its forward and backward operators, and the head's and the tail's over
-    theirs in each direction: after the synchronisation the GPU waits out the whole head (the
-    causal mask, the rotary tables), not an average operator's share. Without it, the line is
-    spread evenly over every operator issued. A recompute re-issues its operators at a layer
-    operator's forward rate.
-
-    ``mp_after`` (DTensor tensor parallelism, ``plan.issue_mp`` priced): GPU seconds of the MP
-    all-reduces that follow an operator of that kind in that pass ("fwd", "bwd", "rec"). The
-    compute stream waits for them; the host does not, so it gains on the GPU meanwhile.
-    """
-    order = issue_order(plan, fwd, bwd, host_per_layer_s, checkpoint_s, head_tail, mp_after)
-    if order is None:
-        return None
-    host = gpu = 0.0
-    idle = [0.0, 0.0]
-    for part, ops in enumerate(order):
-        for issue, price, allreduce in ops:
-            host += issue
-            start = max(gpu, host)
-            idle[part] += start - gpu
-            gpu = start + price + allreduce
-    return idle[0], idle[1], max(0.0, gpu - host)
-
-
-def issue_order(plan: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float], host_per_layer_s: float,
-                checkpoint_s: float = 0.0, head_tail: dict[str, float] | None = None,
-                mp_after: dict[tuple[str, OpKind], float] | None = None
-                ) -> tuple[list[tuple[float, float, float]], list[tuple[float, float, float]]] | None:
-    """One micro-batch's operators in the order the host issues them, forward and backward (None: the
-    plan has no issue order): per operator (host seconds to issue it, its GPU seconds, the GPU seconds
-    of the MP all-reduces after it), as :func:`issue_flow_shop` says. Shared with
-    validation/experiments/rank_lag_flow_shop.py, which couples several ranks' orders."""
-    if not plan.issue_layer:
-        return None
-    n = plan.encoders
-    head, layer, tail = plan.issue_head, plan.issue_layer, plan.issue_tail
-    # host time to issue one operator of the (head, a layer, the tail), forward and backward; by
-    # position, as one operator may be both a layer's and an end's (a norm)
-    if head_tail is None:  # even
-        h = host_per_layer_s * n / (2 * (len(head) + n * len(layer) + len(tail)))
-        issue_f = issue_b = (h, h, h)
-    else:
-        ends = stage_head_tail(plan, head_tail)
-        per, h = host_per_layer_s, host_per_layer_s / (2 * len(layer))
-        issue_f = (ends["head_fwd"] * per / max(1, len(head)), h, ends["tail_fwd"] * per / max(1, len(tail)))
-        issue_b = (ends["head_bwd"] * per / max(1, len(head)), h, ends["tail_bwd"] * per / max(1, len(tail)))
-    after = mp_after or {}
-
-    def row(op: Op, table: dict[Op, float], issue: float, pass_: str) -> tuple[float, float, float]:
-        return issue, table[op], after.get((pass_, op.kind), 0.0)
-
-    forward = [row(op, fwd, issue_f[0], "fwd") for op in head] + [row(op, fwd, issue_f[1], "fwd") for op in layer] * n \
-        + [row(op, fwd, issue_f[2], "fwd") for op in tail]
-    # a checkpoint's own work precedes its layer's recompute (restoring the RNG, detaching the
-    # inputs), which re-issues its forward
-    backward = [row(op, bwd, issue_b[2], "bwd") for op in reversed(tail)]
-    for _ in range(n):
-        backward += [row(op, fwd, issue_f[1] + (checkpoint_s if i == 0 else 0.0), "rec")
-                     for i, op in enumerate(plan.issue_recompute)]
-        backward += [row(op, bwd, issue_b[1], "bwd") for op in reversed(layer)]
-    backward += [row(op, bwd, issue_b[0], "bwd") for op in reversed(head)]
-    return forward, backward
-
-
-def host_machine_factors(table: dict[str, dict]) -> dict[str, float]:
-    """Each machine's host-speed factor in a profile's host table (calibration/host_overhead.py). The
-    spread of the host's speed is the machines', whichever runtime measured it: two machines that
-    agree on one runtime do not make the kind's hosts agree."""
-    return {m: f for e in table.values() for m, f in (e.get("lease_factors") or {}).items()}
-
-
-def _host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: float, mp_fwd: float,
-                 mp_bwd: float, update_s: float, notes: list[str],
-                 prices: tuple[dict[Op, float], dict[Op, float]] | None = None,
-                 mp_after: dict[tuple[str, OpKind], float] | None = None,
-                 par: Parallelism | None = None) -> dict[str, float]:
-    """A stage's host-time fields (StageCost) from the profile's table of its runtime, if any.
-
-    The per-layer host time of a micro-batch is split between its forward and backward as their
-    GPU compute is (an approximation: only the sum was measured); the per-iteration part goes with
-    the update. Where host and GPU work overlap, only the host's excess over the GPU's is added;
-    for the eager runtime without a pipeline, whose micro-batches start synchronised, the GPU's
-    idle time of the host-GPU flow shop (:func:`issue_flow_shop`, given the operators' ``prices``).
-    """
-    table = getattr(model, "host_overhead", None)
-    if plan.runtime is None or not table:
-        return {}
-    entry = table.get(plan.runtime)
-    base = plan.runtime.removesuffix("_pp")
-    if entry is None and base in table:  # a table measured without pipelines: the runtime's own stages
-        notes.append(f"profile {model.name!r} has no host cost for the {plan.runtime} runtime; its stages "
-                     f"are priced with the {base} runtime's")
-        entry = table[base]
-    if entry is None:
-        notes.append(f"profile {model.name!r} has no host cost for the {plan.runtime} runtime; "
-                     "its steps are priced by their GPU work alone")
-        return {}
-    head_tail = entry.get("head_tail")  # the micro-batch's host work outside its layers, in layers
-    # where the ranks meet inside every layer (and a pipeline's stages every step), a micro-batch waits
-    # for the slowest of their hosts (``par``: the layout; none given, one rank)
-    ranks = meeting_ranks(plan.runtime, par.mp, par.pp) if par is not None else 1
-    lag = slowest_rank_factor(ranks, float(entry.get("rank_sigma", 0.0)), entry.get("rank_lag"))
-    per_layer_s = entry["per_layer_s"] * lag
-    per_mb = per_layer_s * (plan.encoders + sum(stage_head_tail(plan, head_tail).values()))
-    total = fwd_s + bwd_s
-    host_f = per_mb * (fwd_s / total if total > 0 else 1 / 3)
-    host_b = per_mb - host_f
-    checkpoint_s = float(entry.get("checkpoint_s", 0.0)) * lag if plan.issue_recompute else 0.0
-    host_b += checkpoint_s * plan.encoders  # torch.utils.checkpoint's own work (issue_flow_shop)
-    serial = entry["overlap"] == "serial"
-
-    def extra(host: float, gpu: float) -> float:
-        return host if serial else max(0.0, host - gpu)
-
-    ahead = entry["overlap"] == "ahead"
-    gpu_f, gpu_b = fwd_s + mp_fwd, bwd_s + mp_bwd  # a step's GPU work: compute and MP collectives
-    host, gpu = host_f + host_b, gpu_f + gpu_b
-    host_bound = host > gpu if ahead else host_f > gpu_f or host_b > gpu_b
-    if lag > 1.0 and (serial or host_bound):
-        meet = "inside every layer" + (" and every pipeline step" if par is not None and par.pp > 1 else "")
-        notes.append(f"the {plan.runtime} runtime's {ranks} ranks meet {meet}, so its host-bound steps "
-                     f"take as long as the slowest of their hosts: x{lag:.3f} a typical rank's ("
-                     + ("measured" if ranks in (entry.get("rank_lag") or {}) else
-                        f"not measured for {ranks} ranks: a normal spread of rank_sigma {entry['rank_sigma']:.3f}")
-                     + "; calibration/rank_spread.py)")
-    factors = host_machine_factors(table)
-    if len(factors) > 1 and (serial or host_bound):
-        lo, hi = min(factors.values()), max(factors.values())
-        notes.append(f"the {plan.runtime} runtime's host (CPU) work sets the pace of its steps; that host cost "
-                     f"differed x{lo:.2f} to x{hi:.2f} between the {len(factors)} machines of this kind measured "
-                     "(calibration/host_overhead.py), and a host-bound step varies as much; within one run "
-                     "its iterations wander 6-24 % above the fastest, which the host lines describe "
-                     "(docs/multi_gpu.md)")
-    elif plan.runtime in UNDER_PREDICTED_RUNTIMES and lag == 1.0:
-        notes.append(f"the {plan.runtime} runtime ran slower than predicted on almost every run measured where the "
-                     "GPU sets the pace (by how much per layout: docs/multi_gpu.md, \"GPU-bound shapes\")")
-
-    # The per-iteration host work (optimizer issue, zero_grad, the losses) starts once the last
-    # micro-batch's backward is issued; the GPU still has that micro-batch's backlog to run (what
-    # its GPU work exceeds its host work by: the host synchronises with the GPU once per
-    # micro-batch, so no more) and then the update. Only what outlasts both shows.
-    shop = (issue_flow_shop(plan, *prices, per_layer_s, checkpoint_s, head_tail, mp_after)
-            if prices is not None and plan.runtime in FLOW_SHOP_RUNTIMES and not serial else None)
-    if shop is not None:
-        extra_f, extra_b, backlog = shop
-    else:
-        backlog = max(0.0, gpu - host)
-        if ahead:
-            # no host-GPU synchronisation inside the iteration: the host runs ahead over a whole
-            # micro-batch, so only its excess over the micro-batch's GPU work shows (a per-step max
-            # would add the forward's and the backward's excesses though the totals balance),
-            # split as the host's work is
-            excess = max(0.0, host - gpu)
-            extra_f = excess * host_f / host if host > 0 else 0.0
-            extra_b = excess - extra_f
-        else:
-            extra_f, extra_b = extra(host_f, gpu_f), extra(host_b, gpu_b)
-    return {"host_fwd_s": host_f, "host_bwd_s": host_b, "host_fwd_extra_s": extra_f,
-            "host_bwd_extra_s": extra_b, "host_update_s": extra(entry["per_iteration_s"], update_s + backlog)}
-
-
-def _fsdp_full_pass(plan: StagePlan) -> Op:
-    """The fp32 accumulation pass over the stage's whole (unsharded) parameters: the measured
-    memory-bound kernel FSDP2's copies are priced by (``plan.grad_accum`` runs on the 1/dp shard)."""
-    assert plan.grad_accum is not None and plan.fsdp is not None
-    return dataclasses.replace(plan.grad_accum, mp=plan.grad_accum.mp // plan.fsdp.ranks)
-
-
-class FSDPCopies(NamedTuple):
-    """Seconds of FSDP2's copies per gather or reduce-scatter of one layer unit and of the root unit:
-    the all-gather's copy-in (``gather_in``: the rank's shards into the flat input, on the
-    all-gather's stream before the collective), its copy-out (``out``: into the unsharded
-    parameters, on the compute stream) and the reduce-scatter's copy-in (``cat``: ``_chunk_cat`` of
-    the unsharded gradients, on the compute stream)."""
-
-    out_layer: float
-    cat_layer: float
-    out_root: float
-    cat_root: float
-    gather_in_layer: float = 0.0
-    gather_in_root: float = 0.0
-
-
-def _fsdp_copies(plan: StagePlan, full_pass_s: float, model: DurationModel, notes: list[str]) -> FSDPCopies:
-    """Seconds of FSDP2's copies of the stage's units (:class:`FSDPCopies`).
-
-    FSDP2 copies the rank's shards into one flat buffer (``all_gather_copy_in``: ``_foreach_copy_``,
-    on the all-gather's copy-in stream, which the collective waits for), all-gathers it and copies
-    the result out into the unsharded parameters (``foreach_all_gather_copy_out``:
-    ``split_with_sizes_copy``, on the compute stream), and copies the unsharded gradients into the
-    reduce-scatter's input (``_chunk_cat``, also on the compute stream since torch 2.6, before the
-    reduce-scatter stream waits for it; earlier versions ran it on that stream). The copy-out and
-    ``_chunk_cat`` read and write the unit's fp32 values, 8 bytes per parameter; the copy-in the
-    rank's shard of them, 1/dp of that. Priced from the profile's measured copy kernels
-    (``fsdp_copies.json``, :mod:`trainsim.calibration.fsdp_copies`); a profile without them prices
-    the copy-out and ``_chunk_cat`` at the rate of its measured accumulation pass over the same
-    parameters (12 bytes per parameter: read two gradients, write one), which runs 6-28 % faster per
-    byte than the copies (H100 and H200, hidden 1024-8192), and leaves the copy-in uncharged, as does
-    a table without its curve.
-    """
-    assert plan.grad_accum is not None and plan.fsdp is not None
-    u = plan.fsdp
-    fp32_entries = 2  # the shards are counted in 2-byte entries
-    layer_bytes = 8 * u.layer_shard * u.ranks / fp32_entries
-    root_bytes = 8 * u.root_shard * u.ranks / fp32_entries
-    rates = getattr(model, "fsdp_copies", None)
-    if rates is None:
-        per_byte = full_pass_s / (12 * hf_params(_fsdp_full_pass(plan)))
-        return FSDPCopies(layer_bytes * per_byte, layer_bytes * per_byte, root_bytes * per_byte,
-                          root_bytes * per_byte)
-    outside: list[float] = []
-
-    def price(op: str, nbytes: float) -> float:
-        secs, measured = rates.seconds(op, u.ranks, nbytes)
-        if not measured and nbytes > 0:
-            outside.append(nbytes)
-        return secs
-
-    gathered_in = rates.has("copy_in")
-    copies = FSDPCopies(price("copy_out", layer_bytes), price("chunk_cat", layer_bytes),
-                        price("copy_out", root_bytes), price("chunk_cat", root_bytes),
-                        price("copy_in", layer_bytes / u.ranks) if gathered_in else 0.0,
-                        price("copy_in", root_bytes / u.ranks) if gathered_in else 0.0)
-    if outside:  # one note for the stage's copies
-        notes.append(f"profile {getattr(model, 'name', '?')!r}: FSDP2's copies of {min(outside) / 2**20:.0f}-"
-                     f"{max(outside) / 2**20:.0f} MiB over {u.ranks} ranks are outside its measured copies "
-                     f"(fsdp_copies.json); priced at the nearest measured rate")
-    return copies
-
-
-def overlap_excess(coll: float, comp: float, f: float = 1.0, g: float = 1.0) -> float:
-    """What a communication of ``coll`` seconds alone adds beyond a computation of ``comp`` seconds
-    alone when both start together on one GPU and slow each other (measured interference: compute at
-    1/f of its speed while the communication runs, the communication at 1/g while compute runs;
-    whichever is left runs at full speed after the other ends). If the communication ends first
-    (coll g <= comp f) it adds coll g (1 - 1/f); else comp f (1 - 1/g) + coll - comp. With f = g = 1,
-    max(0, coll - comp)."""
-    if coll * g <= comp * f:
-        return coll * g * (1.0 - 1.0 / f)
-    return max(0.0, coll - comp + comp * f * (1.0 - 1.0 / g))
-
-
-def _fsdp_exposed(plan: StagePlan, ag_layer: float, rs_layer: float, ag_root: float, rs_root: float,
-                  fwd: dict[Op, float], bwd: dict[Op, float],
-                  slow: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> tuple[float, float]:
-    """FSDP2 communication a micro-batch's forward and backward cannot hide (seconds).
-
-    The next layer's all-gather runs on its own stream while this layer computes (FSDP2's implicit
-    prefetch), so per layer only its excess over the compute shows; what has nothing to hide
-    behind shows whole: the root's all-gather (embedding, norm, LM head; not resharded after the
-    forward) and the first layer's before the forward, and at the end of the backward the last
-    reduce-scatters. In the backward a layer's all-gather and the previous layer's reduce-scatter
-    share the communicator, so they queue. Layers are taken as equal (one GradSegment's compute).
-
-    ``slow`` = (forward compute factor f, backward compute factor, collective factor g):
-    measured compute-communication interference (calibration/interference.py). A layer's
-    collectives and its compute start together and slow each other (:func:`overlap_excess`); the
-    collectives with nothing to overlap run at full speed.
-    """
-    f_fwd, f_bwd, g = slow
-    layers = [seg for seg in plan.grad_segments if seg.layer]
-    n = len(layers)
-    if n == 0:
-        return ag_root, rs_root
-    seg = layers[0]
-    c_f = sum(oc.count * fwd[oc.op] for oc in seg.ops)
-    c_b = sum(oc.count * bwd[oc.op] for oc in seg.ops) + sum(oc.count * fwd[oc.op] for oc in seg.recompute)
-    head = plan.grad_segments[0] if plan.role.has_head else None
-    c_head = sum(oc.count * bwd[oc.op] for oc in head.ops) if head is not None else 0.0
-    exposed_f = ag_root + ag_layer + (n - 1) * overlap_excess(ag_layer, c_f, f_fwd, g)
-    exposed_b = (overlap_excess(ag_layer, c_head, f_bwd, g)
-                 + (n - 1) * overlap_excess(ag_layer + rs_layer, c_b, f_bwd, g) + rs_layer + rs_root)
-    return exposed_f, exposed_b
-
-
-def _tp_overlapped(plan: StagePlan, direction: str, count: int, rs_s: float, ag_s: float,
-                   fwd: dict[Op, float], bwd: dict[Op, float]) -> float:
-    """Sequence parallelism's MP syncs under Transformer Engine's communication overlap (seconds per
-    micro-batch and direction).
-
-    Per layer, the all-gather before each column-parallel GEMM (QKV, MLP up) and the reduce-scatter
-    after each row-parallel one (attention output, MLP down) are split into chunks pipelined with
-    that GEMM, so each shows only its excess over the GEMM (in the backward, over the GEMM's
-    backward). The pipeline's fill is not priced, nor the SMs the communication kernels take from
-    the GEMM. The syncs beyond the layers' (the embedding's; a full recompute re-runs the forward's,
-    overlapped alike) are exposed whole.
-    """
-    assert plan.tp_overlap_gemms is not None
-    qkv, out, up, down = plan.tp_overlap_gemms
-
-    def per_layer(table: dict[Op, float]) -> float:
-        return (max(0.0, ag_s - table[qkv]) + max(0.0, rs_s - table[out])
-                + max(0.0, ag_s - table[up]) + max(0.0, rs_s - table[down]))
-
-    layers = plan.encoders
-    overlapped = 2 * layers  # each layer's two MP syncs are the four overlapped collectives
-    exposed = layers * per_layer(fwd if direction == "fwd" else bwd)
-    if direction == "bwd" and count >= 2 * overlapped:  # a full recompute re-runs the forward's syncs
-        exposed += layers * per_layer(fwd)
-        overlapped *= 2
-    return exposed + max(0, count - overlapped) * (rs_s + ag_s)
-
-
-def _cp_exposed(plan: StagePlan, send_fwd: float, send_bwd: float, fwd: dict[Op, float],
-                bwd: dict[Op, float], slow: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)
-                ) -> tuple[float, float]:
-    """Context parallelism's ring communication a micro-batch's forward and backward cannot hide.
-
-    Each of a layer's ``cp - 1`` ring steps sends a K/V chunk while the attention computes on the
-    chunk already there (Transformer Engine's P2P ring), so a step shows only its send's excess over
-    one of the ring's attention calls; the backward sends K/V and their gradients over the
-    attention's backward. A recompute that re-runs the attention re-runs its forward ring too.
-    ``slow`` = (attention's slowdown beside the forward send, the send's beside the attention, the
-    same two for the backward): the measured interference of :func:`overlap_excess`, so a send the
-    attention hides still costs the attention the time it ran slower.
-    """
-    ring = plan.cp_ring
-    if ring is None:
-        return 0.0, 0.0
-    steps = (ring.ranks - 1) * ring.layers
-    att = ring.attention
-    f_f, g_f, f_b, g_b = slow
-    exposed_f = steps * overlap_excess(send_fwd, fwd[att], f_f, g_f)
-    exposed_b = steps * overlap_excess(send_bwd, bwd[att], f_b, g_b)
-    if any(oc.op == att for oc in plan.recompute):
-        exposed_b += exposed_f
-    return exposed_f, exposed_b
 
 
 _GEMM_KINDS = frozenset({OpKind.LINEAR1, OpKind.LINEAR2, OpKind.LINEAR3, OpKind.LINEAR4, OpKind.LINEAR_FINAL,
@@ -749,7 +373,7 @@ def build_costs(
     ops = sorted({o for p in plans for o in p.distinct_ops()}, key=repr)
     fwd = _op_table(model, ops, Direction.FWD, notes)
     bwd = _op_table(model, ops, Direction.BWD, notes)
-    fsdp_pass = {p.index: _fsdp_full_pass(p) for p in plans if p.fsdp is not None and p.grad_accum is not None}
+    fsdp_pass = {p.index: fsdp_full_pass(p) for p in plans if p.fsdp is not None and p.grad_accum is not None}
     upd = _op_table(model, [p.optimizer for p in plans] + [p.grad_accum for p in plans if p.grad_accum]
                     + list(fsdp_pass.values()), Direction.UPDATE)
 
@@ -842,7 +466,7 @@ def build_costs(
         if listed is not None:
             return sum(c * wanted[k] for k, c in listed)
         if p.tp_overlap_gemms is not None:
-            return _tp_overlapped(p, direction, count, rs_s, ag_s, fwd, bwd)
+            return tp_overlapped(p, direction, count, rs_s, ag_s, fwd, bwd)
         return count * mp_s
 
     # What does not change between the power cap's compositions, once per plan: the MP all-reduces
@@ -858,7 +482,7 @@ def build_costs(
         mp_after.append(after)
         s = p.index
         if s in fsdp_pass:
-            copies[s] = _fsdp_copies(p, upd[fsdp_pass[s]], model, notes)
+            copies[s] = fsdp_copies(p, upd[fsdp_pass[s]], model, notes)
         overlapped = [float(c.bytes) for c in fsdp_colls.get(s, ())[:1]] + \
             [float(c.bytes) for c in cp_send.get(s, ())]
         if dp_ar[s]:
@@ -893,8 +517,8 @@ def build_costs(
                 size = float(fsdp_colls[s][0].bytes)
                 slow = (_compute_factor(im, p.forward, fwd, size) or 1.0,
                         _compute_factor(im, p.backward, bwd, size) or 1.0, im.collective_factor(None, size))
-            fsdp_f, fsdp_b = _fsdp_exposed(p, ag, rs, ag_root, rs_root, fwd, bwd, slow)
-            alone_f, alone_b = _fsdp_exposed(p, ag, rs, ag_root, rs_root, fwd, bwd)
+            fsdp_f, fsdp_b = fsdp_exposed(p, ag, rs, ag_root, rs_root, fwd, bwd, slow)
+            alone_f, alone_b = fsdp_exposed(p, ag, rs, ag_root, rs_root, fwd, bwd)
             in_steps += (fsdp_f - alone_f) + (fsdp_b - alone_b)
             fsdp_f += p.encoders * cp.out_layer + cp.out_root  # the forward gathers' copy-outs
             # the backward's: the layers' gathers' copy-outs, every unit's reduce-scatter copy-in (the root
@@ -909,8 +533,8 @@ def build_costs(
                 b_f, b_b = (float(c.bytes) for c in cp_send[s])
                 cp_slow = (im.compute_factor("attention", b_f), im.collective_factor("attention", b_f),
                            im.compute_factor("attention", b_b), im.collective_factor("attention", b_b))
-            cp_f, cp_b = _cp_exposed(p, one_f, one_b, fwd, bwd, cp_slow)
-            plain_f, plain_b = _cp_exposed(p, one_f, one_b, fwd, bwd)
+            cp_f, cp_b = cp_exposed(p, one_f, one_b, fwd, bwd, cp_slow)
+            plain_f, plain_b = cp_exposed(p, one_f, one_b, fwd, bwd)
             in_steps += (cp_f - plain_f) + (cp_b - plain_b)
             assert p.cp_ring is not None
             cp_ring, cp_one = (p.cp_ring.ranks - 1) * p.cp_ring.layers * (one_f + one_b), one_f
@@ -953,7 +577,7 @@ def build_costs(
             dp_bucket_ready=dp_ready[s],
             fsdp_fwd_s=fsdp_f, fsdp_bwd_s=fsdp_b,
             **_interference(model, p, bwd, [float(c.bytes) for c in dp_ar[s]]),
-            **_host_fields(model, p, fwd_s, bwd_s, mp_f, mp_b, upd[p.optimizer] + accum_s, notes, (fwd, bwd),
+            **host_fields(model, p, fwd_s, bwd_s, mp_f, mp_b, upd[p.optimizer] + accum_s, notes, (fwd, bwd),
                            mp_after[s], par),
             compute_bound_s=_compute_bound_s(p, fwd, bwd, tc), power_cap_factor=factor,
         )

@@ -174,7 +174,7 @@ def test_zero_stages_and_fsdp_options_are_checked():
 
 
 def test_fsdp_exposed_communication_by_hand():
-    from trainsim.sim.costs import _fsdp_exposed
+    from trainsim.sim.exposed import fsdp_exposed
 
     (plan,) = build_stage_plans(MODEL, _tr(zero_stage=3), Parallelism(dp=2))
     seg = [g for g in plan.grad_segments if g.layer][0]
@@ -186,16 +186,16 @@ def test_fsdp_exposed_communication_by_hand():
     c_head = sum(oc.count for oc in head.ops) * 2e-3
     ag, rs, ag_root, rs_root = 0.5 * c_f, 0.8 * c_b, 3e-3, 4e-3
     assert ag < c_head and ag + rs > c_b  # the head's backward hides the first gather; the queue shows
-    f, b = _fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd)
+    f, b = fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd)
     assert f == pytest.approx(ag_root + ag)  # the other layers' gathers hide behind compute
     assert b == pytest.approx((L - 1) * (ag + rs - c_b) + rs + rs_root)
     slow = 2 * c_f  # gathers slower than a layer's forward show their excess on every layer
-    f2, _ = _fsdp_exposed(plan, slow, rs, ag_root, rs_root, fwd, bwd)
+    f2, _ = fsdp_exposed(plan, slow, rs, ag_root, rs_root, fwd, bwd)
     assert f2 == pytest.approx(ag_root + slow + (L - 1) * (slow - c_f))
 
 
 def test_fsdp_interference_slows_what_overlaps_by_hand():
-    from trainsim.sim.costs import _fsdp_exposed
+    from trainsim.sim.exposed import fsdp_exposed
 
     (plan,) = build_stage_plans(MODEL, _tr(zero_stage=3), Parallelism(dp=2))
     seg = [g for g in plan.grad_segments if g.layer][0]
@@ -206,29 +206,29 @@ def test_fsdp_interference_slows_what_overlaps_by_hand():
     # compute at 1/1.25 of its speed while a gather runs, gathers 1.5x slower: the gather (1.5 ag
     # = 0.75 c_f) ends first and costs its layer 1.5 ag (1 - 1/1.25) = 0.3 ag; the first layer's
     # and the root's run alone
-    f, _ = _fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd, (1.25, 1.0, 1.5))
+    f, _ = fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd, (1.25, 1.0, 1.5))
     assert f == pytest.approx(ag_root + ag + (L - 1) * 0.3 * ag)
     # gathers 3x slower (1.5 c_f): the compute ends first, at 1.25 c_f, having moved 1.25 c_f / 3 of
     # the gather's work; the rest, ag - 1.25 c_f / 3, runs alone: the layer ends at
     # 1.25 c_f + 0.5 c_f - 1.25 c_f / 3, i.e. c_f (0.75 - 1/3 + 1.25 - 1) = 0.6667 c_f beyond c_f
-    f2, _ = _fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd, (1.25, 1.0, 3.0))
+    f2, _ = fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd, (1.25, 1.0, 3.0))
     beyond = 1.25 * c_f + (ag - 1.25 * c_f / 3) - c_f
     assert beyond == pytest.approx(c_f * (0.25 + 0.5 - 1.25 / 3))
     assert f2 == pytest.approx(ag_root + ag + (L - 1) * beyond)
-    assert _fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd, (1.0, 1.0, 1.0)) == \
-        _fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd)
+    assert fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd, (1.0, 1.0, 1.0)) == \
+        fsdp_exposed(plan, ag, rs, ag_root, rs_root, fwd, bwd)
 
 
 def test_fsdp_copies_move_eight_bytes_per_parameter_at_the_accumulation_rate():
     from trainsim.operators.ops import hf_params
-    from trainsim.sim.costs import _fsdp_copies, _fsdp_full_pass
+    from trainsim.sim.exposed import fsdp_copies, fsdp_full_pass
 
     (plan,) = build_stage_plans(MODEL, _tr(zero_stage=3), Parallelism(dp=2))
-    full = _fsdp_full_pass(plan)
+    full = fsdp_full_pass(plan)
     assert plan.grad_accum is not None and full.mp == plan.grad_accum.mp // 2  # the unsharded parameters
     per_byte = 0.012 / (12 * hf_params(full))  # a 12 ms pass over them
     notes: list[str] = []
-    cp = _fsdp_copies(plan, 0.012, object(), notes)  # no measured copies
+    cp = fsdp_copies(plan, 0.012, object(), notes)  # no measured copies
     layer, layer_in, root, root_in = cp.out_layer, cp.cat_layer, cp.out_root, cp.cat_root
     u = plan.fsdp
     assert layer == layer_in and root == root_in and not notes
@@ -246,7 +246,7 @@ def test_fsdp_copies_from_the_measured_kernels():
     from types import SimpleNamespace
 
     from trainsim.calibration.fsdp_copies import FSDPCopyRates
-    from trainsim.sim.costs import _fsdp_copies
+    from trainsim.sim.exposed import fsdp_copies
 
     (plan,) = build_stage_plans(MODEL, _tr(zero_stage=3), Parallelism(dp=2))
     u = plan.fsdp
@@ -256,7 +256,7 @@ def test_fsdp_copies_from_the_measured_kernels():
                            ("chunk_cat", 2): tuple((b, b / 1e12) for b in sizes),
                            ("copy_in", 2): tuple((b, b / 4e12) for b in (sizes[0] // 2, sizes[1]))})
     notes: list[str] = []
-    cp = _fsdp_copies(plan, 0.012, SimpleNamespace(name="p", fsdp_copies=rates), notes)
+    cp = fsdp_copies(plan, 0.012, SimpleNamespace(name="p", fsdp_copies=rates), notes)
     assert (cp.out_layer, cp.cat_layer) == (pytest.approx(layer_bytes / 2e12), pytest.approx(layer_bytes / 1e12))
     assert (cp.out_root, cp.cat_root) == (pytest.approx(root_bytes / 2e12), pytest.approx(root_bytes / 1e12))
     # the gather's copy-in moves the rank's shard, 1/2 of the unit's bytes here
@@ -264,7 +264,7 @@ def test_fsdp_copies_from_the_measured_kernels():
                                                        pytest.approx(root_bytes / 2 / 4e12))
     assert notes == []
     (plan4,) = build_stage_plans(MODEL, _tr(zero_stage=3), Parallelism(dp=4))
-    _fsdp_copies(plan4, 0.012, SimpleNamespace(name="p", fsdp_copies=rates), notes)
+    fsdp_copies(plan4, 0.012, SimpleNamespace(name="p", fsdp_copies=rates), notes)
     assert len(notes) == 1 and "over 4 ranks are outside its measured copies" in notes[0]
 
 
@@ -284,7 +284,7 @@ def test_fsdp_copies_run_on_the_compute_stream(monkeypatch):
     prof = RooflineProfile("r", get_cluster("hgx-h100").gpu.peak_flops, 3e12)
 
     def stage(c: float, c_in: float, r: float, r_in: float, g: float = 0.0, g_root: float = 0.0):
-        monkeypatch.setattr(sim_costs, "_fsdp_copies",
+        monkeypatch.setattr(sim_costs, "fsdp_copies",
                             lambda plan, full_pass_s, model, notes: sim_costs.FSDPCopies(c, c_in, r, r_in, g, g_root))
         return sim_costs.build_costs(plans, tr, par, cluster, prof).stages[0]
 

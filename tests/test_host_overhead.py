@@ -17,7 +17,7 @@ from trainsim.calibration.host_overhead import (
     runtime_of,
 )
 from trainsim.operators import ConfigError, ModelSpec, Parallelism, TrainingSpec, build_stage_plans
-from trainsim.sim.costs import _host_fields
+from trainsim.sim.host_time import host_fields
 
 
 def _row(layout: str, layers: int, m: int, s: float) -> dict[str, str]:
@@ -86,18 +86,18 @@ def _plan(mp: int):
 
 def test_overlapped_host_adds_only_its_excess_over_the_gpu():
     plan = _plan(2)  # dtensor_tp: 4 layers x 3 ms = 12 ms per micro-batch, split 1:2 like the GPU work
-    f = _host_fields(_Profile("overlapped"), plan, fwd_s=0.002, bwd_s=0.004, mp_fwd=0.001, mp_bwd=0.0,
+    f = host_fields(_Profile("overlapped"), plan, fwd_s=0.002, bwd_s=0.004, mp_fwd=0.001, mp_bwd=0.0,
                      update_s=0.004, notes=[])
     assert f["host_fwd_s"] == pytest.approx(0.004) and f["host_bwd_s"] == pytest.approx(0.008)
     assert f["host_fwd_extra_s"] == pytest.approx(0.004 - 0.003)
     assert f["host_bwd_extra_s"] == pytest.approx(0.008 - 0.004)
     assert f["host_update_s"] == pytest.approx(0.010 - 0.004)
-    serial = _host_fields(_Profile("serial"), plan, 0.002, 0.004, 0.001, 0.0, 0.004, [])
+    serial = host_fields(_Profile("serial"), plan, 0.002, 0.004, 0.001, 0.0, 0.004, [])
     assert serial["host_fwd_extra_s"] == pytest.approx(0.004) and serial["host_update_s"] == pytest.approx(0.010)
 
 
 def test_gpu_bound_steps_get_no_host_time():
-    eager = _host_fields(_Profile("overlapped"), _plan(1), 0.010, 0.020, 0.0, 0.0, 0.005, [])
+    eager = host_fields(_Profile("overlapped"), _plan(1), 0.010, 0.020, 0.0, 0.0, 0.005, [])
     assert eager["host_fwd_extra_s"] == 0.0 and eager["host_bwd_extra_s"] == 0.0
 
 
@@ -111,7 +111,7 @@ def test_megatron_plans_in_eager_ops_name_their_runtime_and_fused_kernels_none(k
     plans = build_stage_plans(model, tr, Parallelism(mp=mp, pp=pp))
     assert {p.runtime for p in plans} == {runtime}
     if runtime is None:
-        assert _host_fields(_Profile("overlapped"), plans[0], 0.01, 0.02, 0.0, 0.0, 0.0, []) == {}
+        assert host_fields(_Profile("overlapped"), plans[0], 0.01, 0.02, 0.0, 0.0, 0.0, []) == {}
 
 
 def test_a_train_3d_row_runs_the_megatron_runtime_along_its_longest_stage():
@@ -158,19 +158,19 @@ def test_a_host_running_ahead_pays_only_its_excess_over_a_whole_micro_batch():
     plan = build_stage_plans(ModelSpec("m", hidden=256, heads=4, layers=4, seq_len=128),
                              TrainingSpec(precision="bf16", kernels="eager"), Parallelism())[0]
     # GPU 3 + 1 (MP) + 9 = 13 ms against the host's 12: nothing shows
-    balanced = _host_fields(prof, plan, fwd_s=0.003, bwd_s=0.009, mp_fwd=0.001, mp_bwd=0.0, update_s=0.0, notes=[])
+    balanced = host_fields(prof, plan, fwd_s=0.003, bwd_s=0.009, mp_fwd=0.001, mp_bwd=0.0, update_s=0.0, notes=[])
     assert balanced["host_fwd_s"] == pytest.approx(0.003) and balanced["host_bwd_s"] == pytest.approx(0.009)
     assert balanced["host_fwd_extra_s"] == 0.0 and balanced["host_bwd_extra_s"] == 0.0
     # GPU 1 + 5 = 6 ms: 12 - 6 = 6 ms show, split 1:5 like the host's work
-    skewed = _host_fields(prof, plan, fwd_s=0.001, bwd_s=0.005, mp_fwd=0.0, mp_bwd=0.0, update_s=0.0, notes=[])
+    skewed = host_fields(prof, plan, fwd_s=0.001, bwd_s=0.005, mp_fwd=0.0, mp_bwd=0.0, update_s=0.0, notes=[])
     assert skewed["host_fwd_extra_s"] == pytest.approx(0.001) and skewed["host_bwd_extra_s"] == pytest.approx(0.005)
     # host 4 + 8 ms; GPU forward 1 + 4 (MP) = 5 ms, backward 2 ms: a per-step max would add 0 + 6 ms,
     # a host running ahead over the micro-batch adds 12 - 7 = 5 ms
-    over = _host_fields(prof, plan, fwd_s=0.001, bwd_s=0.002, mp_fwd=0.004, mp_bwd=0.0, update_s=0.0, notes=[])
+    over = host_fields(prof, plan, fwd_s=0.001, bwd_s=0.002, mp_fwd=0.004, mp_bwd=0.0, update_s=0.0, notes=[])
     assert over["host_fwd_extra_s"] + over["host_bwd_extra_s"] == pytest.approx(0.005)
     assert over["host_fwd_extra_s"] == pytest.approx(0.005 / 3)
     prof.host_overhead["megatron_eager"]["overlap"] = "overlapped"  # the per-step rule, for contrast
-    per_step = _host_fields(prof, plan, fwd_s=0.001, bwd_s=0.002, mp_fwd=0.004, mp_bwd=0.0, update_s=0.0, notes=[])
+    per_step = host_fields(prof, plan, fwd_s=0.001, bwd_s=0.002, mp_fwd=0.004, mp_bwd=0.0, update_s=0.0, notes=[])
     assert (per_step["host_fwd_extra_s"], per_step["host_bwd_extra_s"]) == (0.0, pytest.approx(0.006))
 
 
@@ -181,7 +181,7 @@ def test_a_runtime_without_a_measurement_is_a_note():
         name = "p"
         host_overhead = {"eager": {"per_layer_s": 0.001, "per_iteration_s": 0.0, "overlap": "overlapped"}}
 
-    assert _host_fields(Partial(), _plan(2), 0.01, 0.02, 0.0, 0.0, 0.0, notes) == {}
+    assert host_fields(Partial(), _plan(2), 0.01, 0.02, 0.0, 0.0, 0.0, notes) == {}
     assert notes and "dtensor_tp" in notes[0]
 
 
@@ -267,14 +267,14 @@ def test_a_host_bound_step_notes_how_much_the_machines_differ():
     prof = _Profile("overlapped")
     prof.host_overhead["dtensor_tp"]["lease_factors"] = {"A": 0.87, "B": 1.18}
     notes: list[str] = []
-    _host_fields(prof, _plan(2), 0.002, 0.004, 0.001, 0.0, 0.004, notes)
+    host_fields(prof, _plan(2), 0.002, 0.004, 0.001, 0.0, 0.004, notes)
     assert len(notes) == 1 and "x0.87 to x1.18" in notes[0] and "2 machines" in notes[0]
     assert "6-24 % above the fastest" in notes[0]  # and how much it wanders within a run
     gpu_bound: list[str] = []  # GPU-bound: the host's speed does not matter; what was measured there does
-    _host_fields(prof, _plan(2), 0.020, 0.040, 0.0, 0.0, 0.004, gpu_bound)
+    host_fields(prof, _plan(2), 0.020, 0.040, 0.0, 0.0, 0.004, gpu_bound)
     assert len(gpu_bound) == 1 and "slower than predicted" in gpu_bound[0] and "GPU-bound shapes" in gpu_bound[0]
     quiet: list[str] = []  # the eager runtime, GPU-bound: no note
-    _host_fields(prof, _plan(1), 0.020, 0.040, 0.0, 0.0, 0.004, quiet)
+    host_fields(prof, _plan(1), 0.020, 0.040, 0.0, 0.0, 0.004, quiet)
     assert quiet == []
 
 
@@ -283,10 +283,10 @@ def test_the_update_host_work_hides_behind_the_last_micro_batchs_backlog():
     prof = _Profile("overlapped")
     prof.host_overhead["eager"] = {"per_layer_s": 0.001, "per_iteration_s": 0.010, "overlap": "overlapped"}
     # GPU-bound: 30 ms of GPU work per micro-batch leave a 26 ms backlog when the host is done
-    gpu_bound = _host_fields(prof, _plan(1), 0.010, 0.020, 0.0, 0.0, 0.002, [])
+    gpu_bound = host_fields(prof, _plan(1), 0.010, 0.020, 0.0, 0.0, 0.002, [])
     assert gpu_bound["host_update_s"] == 0.0
     # a backlog of 3 ms (7 ms GPU) and a 2 ms update: 10 - 3 - 2 = 5 ms of the host's show
-    small = _host_fields(prof, _plan(1), 0.002, 0.005, 0.0, 0.0, 0.002, [])
+    small = host_fields(prof, _plan(1), 0.002, 0.005, 0.0, 0.0, 0.002, [])
     assert small["host_update_s"] == pytest.approx(0.010 - 0.003 - 0.002)
 
 
@@ -318,7 +318,7 @@ def test_a_table_without_the_pipeline_runtime_prices_stages_with_the_plain_one()
     plan = build_stage_plans(model, tr, Parallelism(pp=2, mp=2))[0]
     assert plan.runtime == "dtensor_tp_pp"
     notes: list[str] = []
-    f = _host_fields(_Profile("overlapped"), plan, 0.001, 0.002, 0.0, 0.0, 0.001, notes)
+    f = host_fields(_Profile("overlapped"), plan, 0.001, 0.002, 0.0, 0.0, 0.001, notes)
     assert f["host_fwd_s"] + f["host_bwd_s"] == pytest.approx(0.003 * plan.encoders)
     assert any("dtensor_tp runtime's" in n for n in notes)
 
@@ -463,7 +463,7 @@ def test_a_table_with_a_negative_head_is_refused(tmp_path):
 
 
 def test_the_flow_shop_waits_out_the_whole_head_after_the_synchronisation():
-    from trainsim.sim.costs import issue_flow_shop
+    from trainsim.sim.host_time import issue_flow_shop
     plan = _issue_plan()
     per_layer = 0.003
     n, k = plan.encoders, len(plan.issue_layer)
@@ -488,16 +488,16 @@ def test_the_flow_shop_waits_out_the_whole_head_after_the_synchronisation():
 def test_a_step_charges_the_head_and_tail_in_its_host_time():
     prof = _Profile("overlapped")
     plan = dataclasses.replace(_plan(1), runtime="eager")
-    plain = _host_fields(prof, plan, 0.002, 0.004, 0.0, 0.0, 0.004, [])
+    plain = host_fields(prof, plan, 0.002, 0.004, 0.0, 0.0, 0.004, [])
     prof.host_overhead["eager"] = {**prof.host_overhead["eager"], "head_tail": HEAD_TAIL}
-    with_ends = _host_fields(prof, plan, 0.002, 0.004, 0.0, 0.0, 0.004, [])
+    with_ends = host_fields(prof, plan, 0.002, 0.004, 0.0, 0.0, 0.004, [])
     ends = HEAD_TAIL["head_fwd"] + HEAD_TAIL["tail_fwd"] + HEAD_TAIL["head_bwd"] + HEAD_TAIL["tail_bwd"]
     total = with_ends["host_fwd_s"] + with_ends["host_bwd_s"]
     assert total == pytest.approx(plain["host_fwd_s"] + plain["host_bwd_s"] + 0.001 * ends)
 
 
 def test_the_flow_shop_by_hand():
-    from trainsim.sim.costs import issue_flow_shop
+    from trainsim.sim.host_time import issue_flow_shop
     plan = _issue_plan()
     ops = [*plan.issue_head, *plan.issue_layer * plan.encoders, *plan.issue_tail]
     n = len(ops)  # operators issued per direction; the host line spreads 2 x n over them
@@ -521,7 +521,7 @@ def test_the_flow_shop_by_hand():
 def test_an_eager_step_pays_the_flow_shops_idle_beyond_its_step_maxima():
     # kernels alternate long and short around the host's issue time: per step the host total is
     # below the GPU total (no host excess), yet the GPU idles behind the short ones
-    from trainsim.sim.costs import issue_flow_shop
+    from trainsim.sim.host_time import issue_flow_shop
     plan = _issue_plan()
     prof = _Profile("overlapped")
     prof.host_overhead = {"eager": {"per_layer_s": 0.003, "per_iteration_s": 0.0, "overlap": "overlapped"}}
@@ -532,15 +532,15 @@ def test_an_eager_step_pays_the_flow_shops_idle_beyond_its_step_maxima():
     prices = {op: (4 * h if i % 2 else h / 4) for i, op in enumerate(ops)}
     fwd_s = sum(prices[op] for op in [*plan.issue_head, *plan.issue_layer * plan.encoders, *plan.issue_tail])
     notes: list[str] = []
-    plain = _host_fields(prof, plan, fwd_s, fwd_s, 0.0, 0.0, 0.001, notes)
-    shop = _host_fields(prof, plan, fwd_s, fwd_s, 0.0, 0.0, 0.001, notes, (prices, prices))
+    plain = host_fields(prof, plan, fwd_s, fwd_s, 0.0, 0.0, 0.001, notes)
+    shop = host_fields(prof, plan, fwd_s, fwd_s, 0.0, 0.0, 0.001, notes, (prices, prices))
     idle_f, idle_b, _ = issue_flow_shop(plan, prices, prices, 0.003)
     assert shop["host_fwd_extra_s"] == pytest.approx(idle_f) and shop["host_bwd_extra_s"] == pytest.approx(idle_b)
     assert idle_f + idle_b > plain["host_fwd_extra_s"] + plain["host_bwd_extra_s"]
 
 
 def test_a_checkpointed_layer_reissues_its_recompute():
-    from trainsim.sim.costs import issue_flow_shop
+    from trainsim.sim.host_time import issue_flow_shop
     model = ModelSpec("neox", hidden=256, heads=4, layers=3, seq_len=128, vocab=50432, attention="flash")
     (plan,) = build_stage_plans(model, TrainingSpec(micro_batch=1, micro_batches=2, recompute="full",
                                                     framework="hf"), Parallelism())
@@ -555,7 +555,7 @@ def test_a_checkpointed_layer_reissues_its_recompute():
 
 
 def test_a_checkpointed_layer_costs_the_host_its_checkpoint_before_the_recompute():
-    from trainsim.sim.costs import issue_flow_shop
+    from trainsim.sim.host_time import issue_flow_shop
     model = ModelSpec("neox", hidden=256, heads=4, layers=3, seq_len=128, vocab=50432, attention="flash")
     (plan,) = build_stage_plans(model, TrainingSpec(micro_batch=1, micro_batches=2, recompute="full",
                                                     framework="hf"), Parallelism())
@@ -651,7 +651,7 @@ def test_a_host_bound_note_gives_the_spread_of_every_machine_measured():
     prof.host_overhead["dtensor_tp"]["lease_factors"] = {"Q": 0.99, "R": 1.01}
     prof.host_overhead["eager"]["lease_factors"] = {"A": 0.85, "B": 1.16}
     notes: list[str] = []
-    _host_fields(prof, _plan(2), 0.002, 0.004, 0.001, 0.0, 0.004, notes)
+    host_fields(prof, _plan(2), 0.002, 0.004, 0.001, 0.0, 0.004, notes)
     assert len(notes) == 1 and "x0.85 to x1.16" in notes[0] and "4 machines" in notes[0]
 
 
@@ -686,7 +686,7 @@ def test_the_flow_shop_runs_the_tp_allreduces_on_the_gpu_while_the_host_issues_o
     # idle half-step that would follow it, so the forward idles n_layers * 2 * h/2 less; the
     # backward's all-reduces do the same for the column-parallel inputs' gradients
     from trainsim.operators import OpKind
-    from trainsim.sim.costs import issue_flow_shop
+    from trainsim.sim.host_time import issue_flow_shop
     plan = _tp_plan()
     ops = [*plan.issue_head, *plan.issue_layer * plan.encoders, *plan.issue_tail]
     h = 0.003 * plan.encoders / (2 * len(ops))
@@ -711,7 +711,7 @@ def test_tensor_parallel_steps_pay_the_flow_shops_idle(dp, zero_stage, runtime):
     # DTensor TP, alone or inside FSDP2, synchronises at each micro-batch's start: its host excess
     # is the flow shop's idle with the all-reduces placed in issue order, not a per-step max
     from trainsim.operators import OpKind
-    from trainsim.sim.costs import issue_flow_shop
+    from trainsim.sim.host_time import issue_flow_shop
     model = ModelSpec("neox", hidden=256, heads=4, layers=3, seq_len=128, vocab=50432, attention="flash")
     tr = TrainingSpec(micro_batch=1, micro_batches=2, recompute="none", framework="hf", zero_stage=zero_stage)
     (plan,) = build_stage_plans(model, tr, Parallelism(mp=2, dp=dp))
@@ -724,7 +724,7 @@ def test_tensor_parallel_steps_pay_the_flow_shops_idle(dp, zero_stage, runtime):
     prices = {op: (4 * h if i % 2 else h / 4) for i, op in enumerate(ops)}
     after = {("fwd", OpKind.HF_DENSE): h, ("bwd", OpKind.HF_QKV): h}
     fwd_s = sum(prices[op] for op in [*plan.issue_head, *plan.issue_layer * plan.encoders, *plan.issue_tail])
-    got = _host_fields(prof, plan, fwd_s, fwd_s, 0.0, 0.0, 0.001, [], (prices, prices), after)
+    got = host_fields(prof, plan, fwd_s, fwd_s, 0.0, 0.0, 0.001, [], (prices, prices), after)
     idle_f, idle_b, _ = issue_flow_shop(plan, prices, prices, 0.003, mp_after=after)
     assert got["host_fwd_extra_s"] == pytest.approx(idle_f) and got["host_bwd_extra_s"] == pytest.approx(idle_b)
     assert idle_f + idle_b > 0

@@ -167,7 +167,7 @@ def test_context_parallel_exposes_only_what_the_attention_does_not_hide():
 
 
 def test_overlap_excess_by_hand():
-    from trainsim.sim.costs import overlap_excess
+    from trainsim.sim.exposed import overlap_excess
     assert overlap_excess(1.0, 3.0) == 0.0 and overlap_excess(3.0, 1.0) == 2.0  # no interference: the excess
     # compute at 1/1.25, communication at 1/2 while both run: the send (1 s alone) ends at 2 s, the
     # compute (3 s alone) has done 1.6 s by then and finishes 1.4 s later: 3.4 s, 0.4 s beyond it
@@ -178,7 +178,7 @@ def test_overlap_excess_by_hand():
 
 
 def test_context_parallel_ring_pays_the_measured_interference():
-    from trainsim.sim.costs import _cp_exposed, overlap_excess
+    from trainsim.sim.exposed import cp_exposed, overlap_excess
     p = Parallelism(cp=2)
     (plan,) = build_stage_plans(LLAMA, TR, p)
     assert plan.cp_ring is not None
@@ -186,15 +186,15 @@ def test_context_parallel_ring_pays_the_measured_interference():
     fwd, bwd = {att: 2e-3}, {att: 5e-3}
     steps = (plan.cp_ring.ranks - 1) * plan.cp_ring.layers
     # sends the attention hides: nothing shows without interference, the attention's slowdown with it
-    assert _cp_exposed(plan, 0.5e-3, 2e-3, fwd, bwd) == (0.0, 0.0)
-    f, b = _cp_exposed(plan, 0.5e-3, 2e-3, fwd, bwd, (1.08, 2.9, 1.08, 2.9))
+    assert cp_exposed(plan, 0.5e-3, 2e-3, fwd, bwd) == (0.0, 0.0)
+    f, b = cp_exposed(plan, 0.5e-3, 2e-3, fwd, bwd, (1.08, 2.9, 1.08, 2.9))
     assert f == pytest.approx(steps * 0.5e-3 * 2.9 * (1 - 1 / 1.08))  # the send, 2.9x slower, ends first
     assert b == pytest.approx(steps * overlap_excess(2e-3, 5e-3, 1.08, 2.9)) and b > 0
     # 1 ms alone hides behind 2 ms of attention, but not at 2.9x beside it: 1 - 2 + 2 x 1.08 (1 - 1/2.9)
-    f1, _ = _cp_exposed(plan, 1e-3, 2e-3, fwd, bwd, (1.08, 2.9, 1.08, 2.9))
+    f1, _ = cp_exposed(plan, 1e-3, 2e-3, fwd, bwd, (1.08, 2.9, 1.08, 2.9))
     assert f1 == pytest.approx(steps * (1e-3 - 2e-3 + 2e-3 * 1.08 * (1 - 1 / 2.9)))
     # a send longer than the attention: its excess, and more beside it
-    f2, _ = _cp_exposed(plan, 4e-3, 2e-3, fwd, bwd, (1.08, 2.9, 1.0, 1.0))
+    f2, _ = cp_exposed(plan, 4e-3, 2e-3, fwd, bwd, (1.08, 2.9, 1.0, 1.0))
     assert f2 > steps * (4e-3 - 2e-3)
 
 

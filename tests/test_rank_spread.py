@@ -19,7 +19,7 @@ from trainsim.calibration.rank_spread import (
 )
 from trainsim.operators import ConfigError, ModelSpec, Parallelism, TrainingSpec, build_stage_plans
 from trainsim.operators.stages import expected_max_normal, meeting_ranks, slowest_rank_factor
-from trainsim.sim.costs import _host_fields
+from trainsim.sim.host_time import host_fields
 
 
 @pytest.mark.parametrize(("n", "expected"), [
@@ -150,8 +150,8 @@ def test_a_tensor_parallel_step_waits_for_the_slowest_rank_s_host(mp, lag):
     # host-bound: 4 layers x 3 ms a micro-batch against 1.5 ms of GPU work; measured lags for 2 and 4 ranks,
     # the normal spread for 8 (said so in the note)
     args = (0.0005, 0.001, 0.0, 0.0, 0.001)
-    plain, notes = _host_fields(_Profile(None), _plan(mp), *args, notes=[], par=Parallelism(mp=mp)), []
-    lagged = _host_fields(_Profile({2: 1.07, 4: 1.22}), _plan(mp), *args, notes=notes, par=Parallelism(mp=mp))
+    plain, notes = host_fields(_Profile(None), _plan(mp), *args, notes=[], par=Parallelism(mp=mp)), []
+    lagged = host_fields(_Profile({2: 1.07, 4: 1.22}), _plan(mp), *args, notes=notes, par=Parallelism(mp=mp))
     for k in ("host_fwd_s", "host_bwd_s"):
         assert lagged[k] == pytest.approx(plain[k] * lag)
     assert lagged["host_update_s"] == plain["host_update_s"]
@@ -163,8 +163,8 @@ def test_a_tensor_parallel_step_waits_for_the_slowest_rank_s_host(mp, lag):
 
 def test_one_gpu_and_a_profile_without_a_lag_are_unchanged():
     args = (0.0005, 0.001, 0.0, 0.0, 0.001)
-    eager = _host_fields(_Profile({2: 1.07}), _plan(1), *args, notes=[], par=Parallelism())
-    assert eager == _host_fields(_Profile(None), _plan(1), *args, notes=[], par=Parallelism())
+    eager = host_fields(_Profile({2: 1.07}), _plan(1), *args, notes=[], par=Parallelism())
+    assert eager == host_fields(_Profile(None), _plan(1), *args, notes=[], par=Parallelism())
 
 
 def test_the_h200_profile_carries_its_hosts_lag_and_the_h100_profile_none():
@@ -195,7 +195,7 @@ def test_a_tensor_parallel_pipeline_stage_waits_for_every_stage_s_ranks():
     plan = build_stage_plans(model, tr, Parallelism(pp=2, mp=2))[0]
     assert plan.runtime == "dtensor_tp_pp"
     args = (0.0005, 0.001, 0.0, 0.0, 0.001)  # the profile's dtensor_tp line prices the stages (a note says so)
-    alone, notes = _host_fields(_Profile(None), plan, *args, notes=[], par=Parallelism(pp=2, mp=2)), []
-    piped = _host_fields(_Profile({2: 1.07, 4: 1.22}), plan, *args, notes=notes, par=Parallelism(pp=2, mp=2))
+    alone, notes = host_fields(_Profile(None), plan, *args, notes=[], par=Parallelism(pp=2, mp=2)), []
+    piped = host_fields(_Profile({2: 1.07, 4: 1.22}), plan, *args, notes=notes, par=Parallelism(pp=2, mp=2))
     assert piped["host_fwd_s"] == pytest.approx(alone["host_fwd_s"] * 1.22)
     assert any("4 ranks meet inside every layer and every pipeline step" in n for n in notes)

@@ -2,8 +2,8 @@
 communicator that runs its all-gathers and reduce-scatters, and the GPU's compute stream.
 
 The simulation prices an FSDP2 micro-batch as its compute, plus the collectives its prefetching does
-not hide and the copies around them (``sim.costs._fsdp_exposed``), plus the host's excess over the
-compute alone (``sim.costs._host_fields``). Where the host and the collectives are both near the
+not hide and the copies around them (``sim.exposed.fsdp_exposed``), plus the host's excess over the
+compute alone (``sim.host_time.host_fields``). Where the host and the collectives are both near the
 compute, that adds two waits that overlap: a GPU waiting for an all-gather is not also waiting for the
 host. This module replaces both with one flow shop. Integrated into ``sim/costs.py`` for FSDP2 without
 a pipeline (``fsdp_flow_shop_integration.diff`` beside this file, against commit d5ecb82: copy this

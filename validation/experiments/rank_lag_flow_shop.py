@@ -4,7 +4,7 @@ Under DTensor TP every rank's GPU waits at each all-reduce for every rank to hav
 rank's host time per micro-batch spread by a factor (CV ``--sigma``, drawn per rank and micro-batch),
 a host-bound micro-batch takes the slowest rank's host time: E[max of n factors] times the typical
 one at the tiny shapes. At shapes where host and GPU are close, the coupled flow shop could lose more.
-This runs the simulation's own flow-shop inputs (``sim.costs.issue_flow_shop``: each operator's host
+This runs the simulation's own flow-shop inputs (``sim.host_time.issue_flow_shop``: each operator's host
 issue time, GPU price and the all-reduce after it) for the TP rows of a measured table, as n coupled
 ranks with random host factors, and compares the mean micro-batch with the deterministic flow shop whose
 host is scaled by the tiny shapes' expected lag (the model of ``calibration/rank_spread.py``). The
@@ -26,13 +26,13 @@ import sys
 import numpy as np
 
 from trainsim.scenarios import compare_multi
-from trainsim.sim import costs
+from trainsim.sim import host_time
 
 
 def operators(c: dict) -> np.ndarray:
     """Rows (host issue s, GPU s, all-reduce s after it) of one micro-batch in the simulation's own issue
-    order (``sim.costs.issue_order``), forward then backward."""
-    order = costs.issue_order(c["plan"], c["fwd"], c["bwd"], c["h"], c["ck"], c["ht"], c["after"])
+    order (``sim.host_time.issue_order``), forward then backward."""
+    order = host_time.issue_order(c["plan"], c["fwd"], c["bwd"], c["h"], c["ck"], c["ht"], c["after"])
     assert order is not None
     return np.array(order[0] + order[1])
 
@@ -57,13 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draws", type=int, default=300)
     args = ap.parse_args(argv)
     caps: list[dict] = []
-    real = costs.issue_flow_shop
+    real = host_time.issue_flow_shop
 
     def spy(plan, fwd, bwd, h, ck=0.0, ht=None, after=None):
         caps.append({"plan": plan, "fwd": fwd, "bwd": bwd, "h": h, "ck": ck, "ht": ht, "after": after})
         return real(plan, fwd, bwd, h, ck, ht, after)
 
-    costs.issue_flow_shop = spy  # type: ignore[assignment]
+    host_time.issue_flow_shop = spy  # type: ignore[assignment]
     compare_multi.rows(args.table)
     rng = np.random.default_rng(0)
     seen = set()
