@@ -15,7 +15,9 @@ way, so it is not shipped:
 * the 13 GPU-bound H200 tables: fsdp2 3.66 -> 5.09 %, fsdp4 2.34 -> 3.78 % (both under);
 * the H100 tables alone: fsdp2 12.87 -> 13.68 % (+9.2 -> -8.2 %), fsdp4 10.89 -> 11.56 % (+10.1 -> -10.2 %);
 * machine BS (validation/fsdp_mid_h200_2gpu_machineBS/): fsdp2 d2048-L8, d3072-L8, d1536-L12
-  +3.7, +4.6, -12.4 % -> -10.6, -19.0, -19.7 %.
+  +3.7, +4.6, -12.4 % -> -10.6, -19.0, -19.7 %;
+* machine BT's micro-batch sweep (validation/fsdp_sweep_h200_2gpu_machineBT/): d3072-L8 b1, b2, b4,
+  b8 +32.3, +10.6, -7.0, -6.1 % -> -5.8, -14.3, -8.5, -7.0 %.
 
 So the sum over-predicts the mid-sized rows and the shop under-predicts them by as much. BS's kernel
 timelines say what neither has: the all-gathers and reduce-scatters take their priced time at best
