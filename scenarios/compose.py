@@ -65,10 +65,11 @@ def duration_model(scenario: Scenario, reference_data: str | None = None,
             on_total=None if fit_progress is None else fit_progress.set_total, model=regressors)
     model = _PROFILE_CACHE[key]
     with_mode = getattr(model, "with_extrapolation", None)
-    if with_mode is None:
-        return model
-    gpu = scenario.cluster.gpu
-    return with_mode(scenario.profile.extrapolation, (gpu.peak_flops, gpu.mem_bw))
+    if with_mode is not None:
+        gpu = scenario.cluster.gpu
+        model = with_mode(scenario.profile.extrapolation, (gpu.peak_flops, gpu.mem_bw))
+    factor = scenario.profile.host_factor
+    return model if factor is None else _HostScaled(model, factor)
 
 
 #: a host band narrower than this share of the iteration is not reported (the GPU hides the host)
@@ -181,6 +182,12 @@ class Prediction:
         return self.memory.total_gib
 
     @property
+    def profile_label(self) -> str:
+        """The profile's name, with the host factor the scenario pins (``profile.host_factor``)."""
+        factor = self.scenario.profile.host_factor
+        return self.profile_name if factor is None else f"{self.profile_name} (host x{factor:g})"
+
+    @property
     def memory_fit(self) -> MemoryFit:
         """The memory estimate against the GPU's capacity."""
         return fit_report(self.memory, self.scenario.cluster.gpu.mem_gib)
@@ -224,6 +231,7 @@ class Prediction:
             "micro_batches": tr.micro_batches,
             "cluster": sc.cluster.name,
             "profile": self.profile_name,
+            "host_factor": sc.profile.host_factor,
             "iteration_s": e.iteration_s,
             "paper_iteration_s": e.paper_iteration_s,
             "components": e.components(),
@@ -288,7 +296,12 @@ def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: st
     result = eq7(costs)
     extrapolated = find_extrapolated(model, plans, costs, scenario.training, scenario.cluster, result.iteration_s,
                                      tuple(dict.fromkeys(outside)))
-    hb = host_band(scenario, plans, priced, result.iteration_s) if band else None
+    factor = scenario.profile.host_factor
+    if factor is not None and not any(p.runtime in (getattr(model, "host_overhead", None) or {}) for p in plans):
+        msgs.append(f"profile.host_factor {factor:g}: profile {getattr(model, 'name', scenario.profile.name)} has no "
+                    "host cost for this run's runtime, so it changes nothing")
+    # a host the user pinned (profile.host_factor) has no band: the band is the measured machines' range
+    hb = host_band(scenario, plans, priced, result.iteration_s) if band and factor is None else None
     return Prediction(scenario, plans, costs, result, getattr(model, "name", scenario.profile.name),
                       tuple(dict.fromkeys(msgs)), memory, extrapolated, hb)
 

@@ -58,6 +58,10 @@ class ProfileSpec:
     # the profile's measured sustained-load power cap (calibration.power_cap: tensor-core kernels slower
     # than their burst samples when a stage keeps the GPU in them); false: priced as sampled
     power_cap: bool = True
+    # this machine's host (CPU) speed against the profile's typical host: every PyTorch runtime's host
+    # cost times it (calibration/host_overhead.py fits such a factor per measured machine; the host band
+    # shows the measured range); None: the typical host, with the band
+    host_factor: float | None = None
 
     @property
     def extrapolation(self) -> str:
@@ -72,6 +76,8 @@ class ProfileSpec:
             raise ConfigError("profile.model", f"must be duration, efficiency or monotone, got {show(self.model)}")
         if not isinstance(self.power_cap, bool):
             raise ConfigError("profile.power_cap", f"must be true or false, got {show(self.power_cap)}")
+        if self.host_factor is not None:
+            check_number("profile.host_factor", self.host_factor, positive=True)
         if not isinstance(self.name, str) or not self.name.strip():
             raise ConfigError("profile.name", f"must be a profile name or a samples folder, got {show(self.name)}")
         if self.reference_data is not None and (not isinstance(self.reference_data, str)

@@ -774,3 +774,48 @@ def test_lease_less_tables_of_two_machines_with_one_file_name_stay_two_machines(
     leases = [r["lease"] for r in read_rows([*paths, str(other)])]
     assert len(set(leases)) == 3 and leases[2] == "train3d_host/tiny"  # a unique name stays short
     assert leases[0].endswith("BE/host/measured") and leases[1].endswith("BF/host/measured")
+
+
+def test_profile_host_factor_pins_the_machines_host(monkeypatch):
+    # profile.host_factor scales every runtime's host line: on the band's own factors the iteration is
+    # the band's edge, 1 is the typical host; a pinned host prints no band, and the label and JSON say it
+    from trainsim.scenarios import compose
+    from trainsim.scenarios.schema import scenario_from_mapping
+
+    _, _, prof = _tp2_setup(0.003, {"A": 0.8, "B": 1.25, "C": 1.0})
+    monkeypatch.setitem(compose._PROFILE_CACHE, ("pinned-test", None, None, None), prof)
+
+    def run(factor=None):
+        m = {"model": {"name": "m", "hidden": 256, "heads": 4, "layers": 4, "seq_len": 128, "vocab": 50432},
+             "training": {"micro_batch": 1, "micro_batches": 3, "precision": "bf16", "recompute": "none",
+                          "framework": "hf"},
+             "parallelism": {"mp": 2}, "cluster": {"preset": "hgx-h100", "gpus_per_node": 2},
+             "profile": {"name": "pinned-test", **({"host_factor": factor} if factor is not None else {})}}
+        return compose.predict(scenario_from_mapping(m))
+
+    typical = run()
+    band = typical.host_band
+    assert band is not None and (band.lo_factor, band.hi_factor) == (0.8, 1.25)
+    assert run(1.0).eq7.iteration_s == pytest.approx(typical.eq7.iteration_s, rel=1e-12)
+    slow, fast = run(1.25), run(0.8)
+    assert slow.eq7.iteration_s == pytest.approx(band.hi_s, rel=1e-12)
+    assert fast.eq7.iteration_s == pytest.approx(band.lo_s, rel=1e-12)
+    assert slow.host_band is None and slow.profile_label.endswith("(host x1.25)")
+    assert slow.to_json()["host_factor"] == 1.25 and typical.to_json()["host_factor"] is None
+    assert prof.host_overhead["dtensor_tp"]["per_layer_s"] == 0.003  # the cached profile untouched
+    # a profile without host lines: the factor changes nothing, and the prediction says so
+    monkeypatch.setattr(prof, "host_overhead", None)
+    assert run(1.25).eq7.iteration_s == pytest.approx(run().eq7.iteration_s, rel=1e-12)
+    assert any("profile.host_factor 1.25" in w and "changes nothing" in w for w in run(1.25).warnings)
+
+
+@pytest.mark.parametrize("value, message", [(0, "must be positive"), (-1.5, "must be positive"),
+                                            (float("inf"), "must be a finite number"), ("fast", "must be a number"),
+                                            (True, "must be a number")])
+def test_profile_host_factor_refuses_what_is_not_a_positive_number(value, message):
+    from trainsim.operators.errors import ConfigError
+    from trainsim.scenarios.schema import ProfileSpec
+
+    with pytest.raises(ConfigError, match=message) as e:
+        ProfileSpec(name="h100-sxm-bf16", host_factor=value)
+    assert e.value.field == "profile.host_factor"

@@ -37,7 +37,7 @@ def render(pred) -> str:
         f"{sc.name}: {sc.model.name} on {sc.cluster.name}, {layout_text(sc)}, "
         f"b={tr.micro_batch}, m={m}, {tr.precision.value}, recompute {tr.recompute.value}, "
         f"{tr.resolved_kernels.value} kernels",
-        f"profile: {pred.profile_name}",
+        f"profile: {pred.profile_label}",
         "",
         f"Eq. 7 iteration time            {fmt_s(e.iteration_s)}{pred.extrapolated.headline_note()}",
         pipeline_line(e, m, pp, par.virtual_stages),

@@ -91,7 +91,7 @@ def render(pred, r) -> str:
     lines = [
         f"{sc.name}: {sc.model.name} on {sc.cluster.name}, {layout_text(sc)}, "
         f"b={tr.micro_batch}, m={tr.micro_batches}, {tr.precision.value}, "
-        f"{tr.resolved_kernels.value} kernels, {r.mode} simulation, profile {pred.profile_name}",
+        f"{tr.resolved_kernels.value} kernels, {r.mode} simulation, profile {pred.profile_label}",
         "",
         f"iteration time (simulated)   {fmt_s(r.iteration_s)}{pred.extrapolated.headline_note()}",
         f"Eq. 7                        {fmt_s(r.eq7_s)}   ({100 * diff:+.1f}%)",
