@@ -119,6 +119,8 @@ class _Priced:
         return self._memo[key].copy()
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_model":  # not set yet (unpickling): no recursion through the lookup below
+            raise AttributeError(name)
         return getattr(self._model, name)
 
 
@@ -133,6 +135,8 @@ class _HostScaled:
                               for rt, e in (getattr(model, "host_overhead", None) or {}).items()}
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_model":  # not set yet (unpickling): no recursion through the lookup below
+            raise AttributeError(name)
         return getattr(self._model, name)
 
 

@@ -803,6 +803,10 @@ def test_profile_host_factor_pins_the_machines_host(monkeypatch):
     assert slow.host_band is None and slow.profile_label.endswith("(host x1.25)")
     assert slow.to_json()["host_factor"] == 1.25 and typical.to_json()["host_factor"] is None
     assert prof.host_overhead["dtensor_tp"]["per_layer_s"] == 0.003  # the cached profile untouched
+    # the scaled model survives a trip to another process (pickle: a worker pool, dask)
+    import pickle
+    pinned = pickle.loads(pickle.dumps(compose.duration_model(slow.scenario)))
+    assert pinned.host_overhead["dtensor_tp"]["per_layer_s"] == pytest.approx(0.003 * 1.25)
     # a profile without host lines: the factor changes nothing, and the prediction says so
     monkeypatch.setattr(prof, "host_overhead", None)
     assert run(1.25).eq7.iteration_s == pytest.approx(run().eq7.iteration_s, rel=1e-12)
