@@ -18,8 +18,8 @@ way, so it is not shipped:
   +3.7, +4.6, -12.4 % -> -10.6, -19.0, -19.7 %;
 * machine BT's micro-batch sweep (validation/fsdp_sweep_h200_2gpu_machineBT/): d3072-L8 b1, b2, b4,
   b8 +32.3, +10.6, -7.0, -6.1 % -> -5.8, -14.3, -8.5, -7.0 %;
-* the held-out unseen6 shapes on machines BU and BV: fsdp2 14.8 -> 8.0 % and 8.9 -> 11.8 %. Over all 65
-  fsdp2 rows measured, 9.2 % either way.
+* the held-out unseen6 shapes on machines BU, BV and BW: fsdp2 14.8 -> 8.0 %, 8.9 -> 11.8 % and 12.2 ->
+  6.5 %. Over all 71 fsdp2 rows measured, 9.4 -> 9.0 %; over the 29 of the five fresh machines 12.2 -> 9.7 %.
 
 So the sum over-predicts the mid-sized rows and the shop under-predicts them by as much. BS's kernel
 timelines say what neither has: the all-gathers and reduce-scatters take their priced time at best
