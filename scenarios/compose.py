@@ -104,7 +104,18 @@ class HostBand:
         return at_s * self.lo_s / mid_s, at_s * self.hi_s / mid_s
 
 
-class _Priced:
+class _Wrapped:
+    """A duration model that answers for another: what it does not define itself is the other's."""
+
+    _model: DurationModel
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_model":  # not set yet (unpickling): no recursion through the lookup below
+            raise AttributeError(name)
+        return getattr(self._model, name)
+
+
+class _Priced(_Wrapped):
     """A duration model that keeps the operator prices it has given (``op_seconds`` by operators
     and direction), so the host band's cost builds, which price the same operators, reuse them."""
 
@@ -118,13 +129,8 @@ class _Priced:
             self._memo[key] = np.asarray(self._model.op_seconds(ops, direction), dtype=float)
         return self._memo[key].copy()
 
-    def __getattr__(self, name: str) -> Any:
-        if name == "_model":  # not set yet (unpickling): no recursion through the lookup below
-            raise AttributeError(name)
-        return getattr(self._model, name)
 
-
-class _HostScaled:
+class _HostScaled(_Wrapped):
     """A duration model whose host lines are ``factor`` times another's (everything else its,
     the operator prices included: a :class:`_Priced` model's are reused)."""
 
@@ -134,20 +140,20 @@ class _HostScaled:
         self.host_overhead = {rt: {**e, **{k: e[k] * factor for k in keys if k in e}}
                               for rt, e in (getattr(model, "host_overhead", None) or {}).items()}
 
-    def __getattr__(self, name: str) -> Any:
-        if name == "_model":  # not set yet (unpickling): no recursion through the lookup below
-            raise AttributeError(name)
-        return getattr(self._model, name)
+
+def has_host_lines(model: DurationModel, plans: Sequence[StagePlan]) -> bool:
+    """Whether the profile has a host line for the runtime of one of ``plans``."""
+    table = getattr(model, "host_overhead", None) or {}
+    return any(p.runtime in table for p in plans)
 
 
 def host_band(scenario: Scenario, plans: tuple[StagePlan, ...], model: DurationModel,
               mid_s: float) -> HostBand | None:
     """Eq. 7 on the fastest and the slowest measured host, where the runtime has a host line and
     the two differ by at least :data:`HOST_BAND_MIN` of ``mid_s``; else None."""
-    table = getattr(model, "host_overhead", None) or {}
-    if not any(p.runtime in table for p in plans):
+    if not has_host_lines(model, plans):
         return None
-    factors = host_machine_factors(table)
+    factors = host_machine_factors(getattr(model, "host_overhead", None) or {})
     if len(factors) < 2:
         return None
     lo, hi = min(factors.values()), max(factors.values())
@@ -301,7 +307,7 @@ def predict(scenario: Scenario, reference_data: str | None = None, cache_dir: st
     extrapolated = find_extrapolated(model, plans, costs, scenario.training, scenario.cluster, result.iteration_s,
                                      tuple(dict.fromkeys(outside)))
     factor = scenario.profile.host_factor
-    if factor is not None and not any(p.runtime in (getattr(model, "host_overhead", None) or {}) for p in plans):
+    if factor is not None and not has_host_lines(model, plans):
         msgs.append(f"profile.host_factor {factor:g}: profile {getattr(model, 'name', scenario.profile.name)} has no "
                     "host cost for this run's runtime, so it changes nothing")
     # a host the user pinned (profile.host_factor) has no band: the band is the measured machines' range

@@ -67,32 +67,37 @@ def step_costs(costs: IterationCosts, own_stage_times: bool, st: StageCost, chun
     pp, v = costs.pp, chunks
     s = st.index
     ring = 2 * (costs.mp_span[0] * costs.mp_span[1] - 1)  # an MP all-reduce's ring steps
+    # Eq. 7's slots: every step is the slowest stage's, made of that stage's parts (so the breakdown says
+    # where the slot goes: compute, MP syncs, host, FSDP, CP); its P2P send inside the compute, as Eq. 7
+    # charges it, without a rendezvous
+    slowest_f = max(costs.stages, key=lambda x: x.fwd_s) if not own_stage_times else st
+    slowest_b = max(costs.stages, key=lambda x: x.bwd_s) if not own_stage_times else st
+
+    def forward(x: StageCost, inside: float, p2p: float, dest: tuple[int, int] | None, needs_input: bool,
+                mp_steps: float) -> StepCost:
+        return StepCost((x.fwd_compute_s + inside) / v, 0.0, x.mp_fwd_s / v, p2p, dest, needs_input,
+                        x.host_fwd_extra_s / v, x.fsdp_fwd_s / v, x.cp_fwd_s / v, mp_steps)
+
+    def backward(x: StageCost, inside: float, p2p: float, dest: tuple[int, int] | None, needs_input: bool,
+                 mp_steps: float) -> StepCost:
+        return StepCost((x.bwd_compute_s + inside) / v, x.recompute_s / v, x.mp_bwd_s / v, p2p, dest, needs_input,
+                        x.host_bwd_extra_s / v, x.fsdp_bwd_s / v, x.cp_bwd_s / v, mp_steps)
+
     out: StepTable = {}
     for c in range(v):
         vs = c * pp + s  # virtual stage
         last_vs = vs == pp * v - 1
         nxt = ((vs + 1) % pp, (vs + 1) // pp) if not last_vs else None
         prv = ((vs - 1) % pp, (vs - 1) // pp) if vs > 0 else None
-        wrap_p2p = costs.stages[0].p2p_fwd_s  # interleaved: rank pp-1 -> rank 0 (same message)
         if not own_stage_times:
-            # every slot is the slowest stage's, made of that stage's parts (so the breakdown says where
-            # Eq. 7's slot goes: compute, MP syncs, host, FSDP, CP); its P2P send stays inside the slot's
-            # compute, as Eq. 7 charges it, without a rendezvous
-            f, b = max(costs.stages, key=lambda x: x.fwd_s), max(costs.stages, key=lambda x: x.bwd_s)
-            out[StepKind.F, c] = StepCost((f.fwd_compute_s + f.p2p_fwd_s) / v, 0.0, f.mp_fwd_s / v, 0.0, nxt,
-                                          prv is not None, f.host_fwd_extra_s / v, f.fsdp_fwd_s / v, f.cp_fwd_s / v)
-            out[StepKind.B, c] = StepCost((b.bwd_compute_s + b.p2p_bwd_s) / v, b.recompute_s / v, b.mp_bwd_s / v, 0.0,
-                                          prv, nxt is not None, b.host_bwd_extra_s / v, b.fsdp_bwd_s / v,
-                                          b.cp_bwd_s / v)
+            out[StepKind.F, c] = forward(slowest_f, slowest_f.p2p_fwd_s, 0.0, nxt, prv is not None, 0.0)
+            out[StepKind.B, c] = backward(slowest_b, slowest_b.p2p_bwd_s, 0.0, prv, nxt is not None, 0.0)
             continue
+        wrap_p2p = costs.stages[0].p2p_fwd_s  # interleaved: rank pp-1 -> rank 0 (same message)
         p2p_f = st.p2p_fwd_s if s < pp - 1 else (wrap_p2p if nxt is not None else 0.0)
         p2p_b = st.p2p_bwd_s if s > 0 else (wrap_p2p if prv is not None else 0.0)
-        out[StepKind.F, c] = StepCost(st.fwd_compute_s / v, 0.0, st.mp_fwd_s / v, p2p_f, nxt, prv is not None,
-                                      st.host_fwd_extra_s / v, st.fsdp_fwd_s / v, st.cp_fwd_s / v,
-                                      st.mp_fwd_count * ring / v)
-        out[StepKind.B, c] = StepCost(st.bwd_compute_s / v, st.recompute_s / v, st.mp_bwd_s / v, p2p_b, prv,
-                                      nxt is not None, st.host_bwd_extra_s / v, st.fsdp_bwd_s / v, st.cp_bwd_s / v,
-                                      st.mp_bwd_count * ring / v)
+        out[StepKind.F, c] = forward(st, 0.0, p2p_f, nxt, prv is not None, st.mp_fwd_count * ring / v)
+        out[StepKind.B, c] = backward(st, 0.0, p2p_b, prv, nxt is not None, st.mp_bwd_count * ring / v)
     return out
 
 
