@@ -31,12 +31,20 @@ def main() -> int:
     ap.add_argument("--shape", required=True)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--before", metavar="LAYOUT:SHAPE", help="first build, run (two steps) and release this "
+                    "pair in the same process, as train_hf_parallel.py runs its pairs one after another")
     args = ap.parse_args()
     import torch
     import torch.distributed as dist
 
     env = probe_common.start(torch, dist)
     gib = 2.0**30
+    if args.before:
+        lay, _, name = args.before.partition(":")
+        # built, run and dropped at once, as run_pair releases a pair; then every rank past, collected
+        probe_common.warm_trainer(env, lay, thp.read_shapes(args.shapes, [name])[0], 2)
+        env.barrier()
+        thp.free_memory(env)
     shape = thp.read_shapes(args.shapes, [args.shape])[0]
     built = probe_common.warm_trainer(env, args.layout, shape, 0)
     if built is None:
@@ -52,9 +60,16 @@ def main() -> int:
         torch.cuda.synchronize()
         iters.append({"before_gib": before, "peak_gib": torch.cuda.max_memory_allocated(env.device) / gib,
                       "after_gib": torch.cuda.memory_allocated(env.device) / gib})
-    row = {"layout": args.layout, "shape": shape.name, "rank": env.rank, "params": n_params,
+    row = {"layout": args.layout, "shape": shape.name, "rank": env.rank, "before": args.before, "params": n_params,
            "fp32_copy_gib": 4.0 * n_params / gib, "iterations": iters}
     peaks = " ".join(f"{it['peak_gib']:.2f}" for it in iters)
+    rows = [None] * env.world  # every rank's row: train_hf_parallel.py reports the largest rank's peak
+    dist.all_gather_object(rows, row)
+    if env.rank == 0:
+        for r in rows[1:]:
+            probe_common.append_json(args.out, {**r, "device": probe_common.device_name(torch, env)})
+            print(f"  rank {r['rank']}: peak per iteration "
+                  + " ".join(f"{it['peak_gib']:.2f}" for it in r["iterations"]) + " GiB", flush=True)
     probe_common.record(env, torch, args.out, row,
                         f"{args.layout} {shape.name}: {n_params / 1e6:.0f} M parameters (4 B each "
                         f"{4.0 * n_params / gib:.2f} GiB); peak per iteration {peaks} GiB; allocated before "
