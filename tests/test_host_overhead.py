@@ -31,7 +31,7 @@ def test_runtime_of_a_layout(layout, runtime):
     assert runtime_of(layout) == runtime
 
 
-def test_fit_recovers_a_line_and_reports_a_negative_intercept_as_zero():
+def test_fit_recovers_a_line_and_refits_a_negative_intercept_through_the_origin():
     # 2 ms per layer and micro-batch, 5 ms per iteration; eager rows 1 ms, -1 ms intercept
     rows = [_row("tp2", L, m, 0.005 + 0.002 * L * m) for L, m in ((4, 4), (8, 4), (4, 8), (8, 8))]
     rows += [_row("1gpu", L, 4, -0.001 + 0.001 * L * 4) for L in (4, 8)]
@@ -41,6 +41,10 @@ def test_fit_recovers_a_line_and_reports_a_negative_intercept_as_zero():
     assert t["dtensor_tp"]["per_layer_s"] == pytest.approx(0.002)
     assert t["dtensor_tp"]["per_iteration_s"] == pytest.approx(0.005)
     assert t["eager"]["per_iteration_s"] == 0.0 and t["eager"]["fitted_intercept_s"] == pytest.approx(-0.001)
+    # least squares with the intercept held at 0 over x = 16, 32 layer-steps, y = 15, 31 ms:
+    # (16 * 15 + 32 * 31) / (16^2 + 32^2) = 1232 / 1280 ms; keeping the free slope (1 ms) would put
+    # every prediction 1 ms above the fitted line
+    assert t["eager"]["per_layer_s"] == pytest.approx(1.232 / 1280, rel=1e-9)
     assert t["eager"]["rows"] == 2 and t["eager"]["overlap"] == "overlapped"
 
 
