@@ -88,8 +88,8 @@ stay whole); a pipeline stage holds its own layers, and under 1F1B stage ``s`` k
 its receive buffers (one per micro-batch and direction received in, kept between iterations) and
 each in-flight micro-batch's stage output (the last stage: its bf16 logits) until its backward;
 DDP keeps a second fp32 copy of the gradients in its buckets (``gradient_as_bucket_view=False``,
-the default) and, when micro-batches accumulate under ``no_sync``, a third during the synced
-backward; FSDP2 keeps 1/dp of the weights, gradients and optimizer states plus the unsharded
+the default) and a third while it rebuilds them in the second iteration, whatever the number of
+micro-batches; FSDP2 keeps 1/dp of the weights, gradients and optimizer states plus the unsharded
 fp32 parameters of the layer computing, the one prefetched and the root, and one layer's
 unsharded gradients.
 """
@@ -257,10 +257,14 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
                               + 2.0 * _linear_params(model, min(2, n), v, mp, plan.role.has_head),
                               grads=4.0 * params / units.ranks + layer_b, optimizer=8.0 * params / units.ranks,
                               activations=acts, stage=plan.index)
-    # DDP: its reducer's bucket is a second fp32 copy; with no_sync accumulation (m > 1) the synced
-    # backward also holds the new gradient beside the accumulated .grad and the bucket: 3 copies
-    # (measured on 2 and 4 H100s: +8.0 bytes per parameter over one GPU at m = 4, three shapes)
-    grads = 4.0 * params * ((3 if m > 1 else 2) if par.dp > 1 else 1)
+    # DDP: its reducer's bucket is a second fp32 copy, and in the second iteration, when DDP rebuilds
+    # its buckets in the order the first backward produced the gradients, a third is live at the
+    # peak: +8 bytes per parameter over one GPU at every m (m = 4 on 2 and 4 H100s, three shapes; m = 1
+    # to 4 on 2 H200s, eleven shapes). Iteration by iteration (validation/probe_ddp_memory.py, machines
+    # BY and BZ): the first and the steady iterations hold +4, the second (now and then the third too)
+    # +8, and in one run of three at m = 1 the second held +4 as well; a run's peak is its largest
+    # iteration's.
+    grads = 4.0 * params * (3 if par.dp > 1 else 1)
     if mp > 1 and plan.role.has_embedding:
         # DTensor's vocabulary-parallel embedding runs its backward (embedding_dense_backward) at the
         # global vocabulary: every rank's gradient of it is V x d fp32, not its V/mp rows (traced

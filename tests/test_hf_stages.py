@@ -116,11 +116,14 @@ def test_memory_shrinks_with_tensor_and_pipeline_parallelism_and_ddp_adds_its_co
     one = mem(Parallelism())
     assert mem(Parallelism(mp=2)) < one and mem(Parallelism(pp=2)) < one
     (plan,) = build_stage_plans(MODEL, tr, Parallelism(dp=2))
-    assert mem(Parallelism(dp=2)) == pytest.approx(one + 8.0 * plan.params)  # bucket + new gradient (m > 1)
+    # the bucket, and the rebuilt bucket beside it in the second iteration: +8 bytes per parameter
+    assert mem(Parallelism(dp=2)) == pytest.approx(one + 8.0 * plan.params)
+    # the same at one micro-batch (measured on 2 H200s, validation/ddp_memory_h200_2gpu_machineB{Y,Z}/),
+    # where the gradients of one GPU are not live at its peak (the start of the only backward)
     tr1 = _tr(b=4, m=1)
     (p1,) = build_stage_plans(MODEL, tr1, Parallelism(dp=2))
     single = memory_per_gpu(MODEL, tr1, Parallelism(), build_stage_plans(MODEL, tr1, Parallelism())).total
-    assert memory_per_gpu(MODEL, tr1, Parallelism(dp=2), p1).total == pytest.approx(single + 4.0 * p1.params)
+    assert memory_per_gpu(MODEL, tr1, Parallelism(dp=2), p1).total == pytest.approx(single + 8.0 * p1.params)
 
 
 def test_ddp_buckets_are_all_reduced_while_the_last_backward_runs():
