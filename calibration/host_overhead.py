@@ -17,8 +17,10 @@ with one line per runtime and one speed factor per machine shared by every runti
 it. ``layer_steps`` is ``layers * micro_batches`` (``per_layer_s``: one layer's forward and
 backward on one micro-batch), and for a pipeline of ``pp`` equal stages ``layers / pp * (m + pp
 - 1)``, the stage steps on the 1F1B critical path while the stages' hosts work side by side. The
-runtime of a row is its layout's: ``eager`` (1gpu, dp: DDP wraps an eager model),
-``dtensor_tp`` (tp), ``fsdp2`` (fsdp), ``fsdp2_tp`` (fsdp x tp), ``eager_pp`` and
+runtime of a row is its layout's: ``eager`` (1gpu), ``ddp`` (dp: DDP around the same eager model,
+with its forward wrapper, its bucket hooks and its all-reduce launches: on the same machines its tiny
+rows take a median 1.22x (dp2) and 1.31x (dp4) one GPU's, so it has a line of its own, and the eager
+model's head and tail, :data:`WRAPS`), ``dtensor_tp`` (tp), ``fsdp2`` (fsdp), ``fsdp2_tp`` (fsdp x tp), ``eager_pp`` and
 ``dtensor_tp_pp`` (the pipelining runtime's stages: no attention mask, so no host-GPU
 synchronisation per micro-batch, and a per-layer cost of their own).
 
@@ -106,7 +108,8 @@ HOST_FILE = "host_overhead.json"
 #: beside HOST_FILE: what a checkpointed layer costs the host beyond re-issuing its forward
 #: (``checkpoint_s`` per runtime; validation/fit_checkpoint_overhead.py)
 CHECKPOINT_FILE = "checkpoint_overhead.json"
-OVERLAP = {"eager": "overlapped", "dtensor_tp": "overlapped", "fsdp2": "overlapped", "fsdp2_tp": "overlapped",
+OVERLAP = {"eager": "overlapped", "ddp": "overlapped", "dtensor_tp": "overlapped", "fsdp2": "overlapped",
+           "fsdp2_tp": "overlapped",
            "eager_pp": "overlapped", "dtensor_tp_pp": "overlapped",
            # train_3d.py's Megatron layer in eager ops: no host-GPU synchronisation inside an iteration,
            # so the host runs ahead of the GPU across a micro-batch's forward and backward
@@ -119,7 +122,12 @@ HEAD_TAIL_PARTS = ("head_fwd", "tail_fwd", "head_bwd", "tail_bwd")
 #: validation/probe_head_host.py; under DTensor TP, alone or inside FSDP2, and the pipelining runtime's
 #: stages: validation/probe_parallel_head_host.py). Not pipelined, every micro-batch runs both ends; a
 #: pipeline's first stage runs the head and its last the tail (:func:`pipeline_steps`)
-HEAD_TAIL_RUNTIMES = frozenset({"eager", "dtensor_tp", "fsdp2_tp", "eager_pp", "dtensor_tp_pp"})
+HEAD_TAIL_RUNTIMES = frozenset({"eager", "ddp", "dtensor_tp", "fsdp2_tp", "eager_pp", "dtensor_tp_pp"})
+#: a runtime that wraps another's model as it is, so its micro-batch's head and tail (in layers) and
+#: its checkpointed layer's host work are that runtime's when not given their own: DDP wraps the
+#: eager Hugging Face model (its own host work is its forward wrapper, its bucket hooks and the
+#: all-reduces it launches, which its line carries)
+WRAPS = {"ddp": "eager"}
 
 
 def read_head_tail(paths: str | Sequence[str], runtime: str = "eager") -> dict[str, float]:
@@ -168,6 +176,8 @@ def runtime_of(layout: str) -> str | None:
     pipelined = "pp" in layout
     if "fsdp" in layout:
         return None if pipelined else ("fsdp2_tp" if "tp" in layout else "fsdp2")
+    if "tp" not in layout and not pipelined and layout.startswith("dp"):
+        return "ddp"  # DistributedDataParallel around the eager model
     base = "dtensor_tp" if "tp" in layout else "eager"
     return f"{base}_pp" if pipelined else base
 
@@ -241,6 +251,9 @@ def fit_host_overhead(rows: Iterable[dict[str, str]],
     for rt in ends:
         if rt not in HEAD_TAIL_RUNTIMES:
             raise ConfigError("host overhead", f"runtime {rt}: takes no head and tail")
+    for rt, inner in WRAPS.items():
+        if rt not in ends and inner in ends:
+            ends[rt] = ends[inner]
     pts: list[tuple[str, float, float, str]] = []
     kind_machines: set[str] = set()
     for r in rows:
@@ -404,6 +417,9 @@ def load_host_overhead(path: str | Path) -> dict[str, dict]:
                 runtimes[rt] = {**runtimes[rt], "checkpoint_s": float(c)}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ConfigError(str(ck), f"not a checkpoint-overhead table: {e}") from None
+    for rt, inner in WRAPS.items():  # torch.utils.checkpoint's own work is the wrapped model's
+        if rt in runtimes and "checkpoint_s" not in runtimes[rt] and "checkpoint_s" in runtimes.get(inner, {}):
+            runtimes[rt] = {**runtimes[rt], "checkpoint_s": runtimes[inner]["checkpoint_s"]}
     return runtimes
 
 

@@ -222,6 +222,7 @@ def build_hf_plans(model: ModelSpec, training: TrainingSpec, par: Parallelism) -
             dp_buckets=None if fsdp else DPBuckets(DDP_FIRST_BUCKET_BYTES // 2, DDP_BUCKET_BYTES // 2, FP32_ENTRIES),
             fsdp=units,
             runtime=(("fsdp2_tp" if mp > 1 else "fsdp2") if fsdp
+                     else "ddp" if par.dp > 1 and mp == 1 and par.pp == 1
                      else ("dtensor_tp" if mp > 1 else "eager") + ("_pp" if par.pp > 1 else "")),
         ))
     return tuple(plans)

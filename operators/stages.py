@@ -136,7 +136,7 @@ class StagePlan:
     # per rank. None: not sharded.
     fsdp: FSDPUnits | None = None
     # The PyTorch runtime whose host (CPU) cost the profile may know (calibration.host_overhead):
-    # "eager", "dtensor_tp", "megatron_eager", ...; None: not modelled (Megatron-Core's fused
+    # "eager", "ddp", "dtensor_tp", "megatron_eager", ...; None: not modelled (Megatron-Core's fused
     # kernels are priced by their GPU work alone: their host cost was not measured).
     runtime: str | None = None
     # Megatron sequence parallelism: each of the MP syncs is a reduce-scatter plus an all-gather of

@@ -19,7 +19,7 @@ from trainsim.scenarios.extrapolation import Extrapolation, find_extrapolated, s
 from trainsim.scenarios.schema import Scenario
 from trainsim.sim.costs import IterationCosts, build_costs
 from trainsim.sim.eq7 import Eq7Result, eq7
-from trainsim.sim.host_time import host_machine_factors
+from trainsim.sim.host_time import host_entry, host_machine_factors
 from trainsim.topology import GPU_PRESETS
 
 if TYPE_CHECKING:  # the engine imports simpy: not for `trainsim predict`
@@ -144,7 +144,7 @@ class _HostScaled(_Wrapped):
 def has_host_lines(model: DurationModel, plans: Sequence[StagePlan]) -> bool:
     """Whether the profile has a host line for the runtime of one of ``plans``."""
     table = getattr(model, "host_overhead", None) or {}
-    return any(p.runtime in table for p in plans)
+    return any(p.runtime is not None and host_entry(table, p.runtime)[0] is not None for p in plans)
 
 
 def host_band(scenario: Scenario, plans: tuple[StagePlan, ...], model: DurationModel,

@@ -24,7 +24,7 @@ from trainsim.operators.stages import meeting_ranks, slowest_rank_factor
 #: hooks at the layer boundaries (the shop on it was tried twice and left out; a shop of host,
 #: communicator and GPU too: validation/experiments/fsdp_flow_shop.py), and the pipelining
 #: runtime's stages do not synchronise per micro-batch.
-FLOW_SHOP_RUNTIMES = frozenset({"eager", "dtensor_tp", "fsdp2_tp"})
+FLOW_SHOP_RUNTIMES = frozenset({"eager", "ddp", "dtensor_tp", "fsdp2_tp"})
 #: Runtimes whose GPU-bound steps were measured slower than predicted on almost every row
 #: (docs/multi_gpu.md, "GPU-bound shapes": FSDP2 by a mean 2-4 % per layout on 2 and 4 H200s; DTensor
 #: TP, alone and under FSDP2, by 5-14 % on the H100 tables, whose hosts' rank lag was not measured):
@@ -141,6 +141,24 @@ def host_machine_factors(table: dict[str, dict]) -> dict[str, float]:
     return {m: f for e in table.values() for m, f in (e.get("lease_factors") or {}).items()}
 
 
+#: a runtime a profile's host table may lack, and the one that stands in for it: a pipeline's stages
+#: by the runtime without a pipeline (a table measured before pipelines were), DDP by the eager model
+#: it wraps (a table fitted before DDP had a line of its own, which averaged the two)
+STAND_INS = {"eager_pp": "eager", "dtensor_tp_pp": "dtensor_tp", "megatron_eager_pp": "megatron_eager",
+             "megatron_eager_tp_pp": "megatron_eager_tp", "ddp": "eager"}
+
+
+def host_entry(table: dict, runtime: str) -> tuple[dict | None, str | None]:
+    """``runtime``'s line in a profile's host table: (the entry, the runtime standing in for it, if
+    one had to); (None, None) where neither is there."""
+    if runtime in table:
+        return table[runtime], None
+    stand_in = STAND_INS.get(runtime)
+    if stand_in is not None and stand_in in table:
+        return table[stand_in], stand_in
+    return None, None
+
+
 def host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: float, mp_fwd: float,
                  mp_bwd: float, update_s: float, notes: list[str],
                  prices: tuple[dict[Op, float], dict[Op, float]] | None = None,
@@ -157,12 +175,11 @@ def host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: floa
     table = getattr(model, "host_overhead", None)
     if plan.runtime is None or not table:
         return {}
-    entry = table.get(plan.runtime)
-    base = plan.runtime.removesuffix("_pp")
-    if entry is None and base in table:  # a table measured without pipelines: the runtime's own stages
-        notes.append(f"profile {model.name!r} has no host cost for the {plan.runtime} runtime; its stages "
-                     f"are priced with the {base} runtime's")
-        entry = table[base]
+    entry, stand_in = host_entry(table, plan.runtime)
+    if stand_in is not None:
+        notes.append(f"profile {model.name!r} has no host cost for the {plan.runtime} runtime; "
+                     + (f"its stages are priced with the {stand_in} runtime's" if plan.runtime.endswith("_pp")
+                        else f"it is priced with the {stand_in} runtime's, which it wraps"))
     if entry is None:
         notes.append(f"profile {model.name!r} has no host cost for the {plan.runtime} runtime; "
                      "its steps are priced by their GPU work alone")

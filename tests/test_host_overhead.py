@@ -24,7 +24,7 @@ def _row(layout: str, layers: int, m: int, s: float) -> dict[str, str]:
     return {"layout": layout, "layers": str(layers), "micro_batches": str(m), "min_s": str(s), "device": "GPU"}
 
 
-@pytest.mark.parametrize(("layout", "runtime"), [("1gpu", "eager"), ("dp2", "eager"), ("tp4", "dtensor_tp"),
+@pytest.mark.parametrize(("layout", "runtime"), [("1gpu", "eager"), ("dp2", "ddp"), ("tp4", "dtensor_tp"),
                                                  ("fsdp2", "fsdp2"), ("fsdp2xtp2", "fsdp2_tp"), ("pp2", "eager_pp"),
                                                  ("pp2xtp2", "dtensor_tp_pp"), ("pp2xfsdp2", None)])
 def test_runtime_of_a_layout(layout, runtime):
@@ -304,7 +304,7 @@ def test_a_pipeline_runtime_grows_with_its_critical_path_and_borrows_the_machine
         return 0.001 + 0.003 * L / pp * (m + pp - 1)
 
     rows = [{**_row("1gpu", L, m, 0.8 * eager(L, m)), "lease": "A"} for L, m in ((4, 4), (8, 4), (8, 8))]
-    rows += [{**_row("dp2", L, m, 1.25 * eager(L, m)), "lease": "B"} for L, m in ((4, 4), (8, 8))]
+    rows += [{**_row("1gpu", L, m, 1.25 * eager(L, m)), "lease": "B"} for L, m in ((4, 4), (8, 8))]
     rows += [{**_row(f"pp{pp}", L, m, 0.8 * piped(L, m, pp)), "lease": "A"} for L, m, pp in ((8, 4, 2), (8, 8, 4))]
     t = fit_host_overhead(rows)
     assert t["eager"]["lease_factors"] == pytest.approx({"A": 0.8, "B": 1.25}, rel=1e-6)
@@ -325,6 +325,35 @@ def test_a_table_without_the_pipeline_runtime_prices_stages_with_the_plain_one()
     f = host_fields(_Profile("overlapped"), plan, 0.001, 0.002, 0.0, 0.0, 0.001, notes)
     assert f["host_fwd_s"] + f["host_bwd_s"] == pytest.approx(0.003 * plan.encoders)
     assert any("dtensor_tp runtime's" in n for n in notes)
+
+
+def test_ddp_has_its_own_line_and_the_eager_models_head_tail_and_checkpoint(tmp_path):
+    import json
+
+    from trainsim.calibration.host_overhead import CHECKPOINT_FILE, HOST_FILE
+    # one machine: one GPU at 2 ms per layer-step + 4 ms; DDP around the same model 2.4 ms + 7 ms
+    ends = {"head_fwd": 0.4, "tail_fwd": 0.3, "head_bwd": 0.1, "tail_bwd": 0.2}  # 1 layer per micro-batch
+    rows = [_row("1gpu", L, m, 0.004 + 0.002 * m * (L + 1)) for L, m in ((4, 4), (8, 4), (4, 8))]
+    rows += [_row("dp2", L, m, 0.007 + 0.0024 * m * (L + 1)) for L, m in ((4, 4), (8, 8))]
+    t = fit_host_overhead(rows, {"eager": ends})
+    assert t["eager"]["per_layer_s"] == pytest.approx(0.002) and t["eager"]["per_iteration_s"] == pytest.approx(0.004)
+    assert t["ddp"]["per_layer_s"] == pytest.approx(0.0024) and t["ddp"]["per_iteration_s"] == pytest.approx(0.007)
+    assert t["ddp"]["head_tail"] == ends  # DDP wraps the eager model: its ends are the model's
+    (tmp_path / HOST_FILE).write_text(json.dumps({"runtimes": t}))
+    (tmp_path / CHECKPOINT_FILE).write_text(json.dumps({"runtimes": {"eager": {"checkpoint_s": 0.0018}}}))
+    assert load_host_overhead(tmp_path / HOST_FILE)["ddp"]["checkpoint_s"] == 0.0018
+
+
+def test_a_table_without_ddp_prices_it_with_the_eager_line_and_says_so():
+    model = ModelSpec("m", hidden=256, heads=4, layers=4, seq_len=128, vocab=50432)
+    tr = TrainingSpec(micro_batch=1, micro_batches=2, precision="bf16", recompute="none", framework="hf",
+                      zero_stage=0)
+    plan = build_stage_plans(model, tr, Parallelism(dp=2))[0]
+    assert plan.runtime == "ddp"
+    notes: list[str] = []
+    f = host_fields(_Profile("overlapped"), plan, 0.001, 0.002, 0.0, 0.0, 0.001, notes)  # eager: 1 ms a layer
+    assert f["host_fwd_s"] + f["host_bwd_s"] == pytest.approx(0.001 * plan.encoders)
+    assert any("ddp runtime" in n and "eager runtime's, which it wraps" in n for n in notes)
 
 
 def _issue_plan():
@@ -599,7 +628,7 @@ def test_the_checkpoint_table_joins_the_host_table_and_a_bad_one_names_its_file(
 
 def test_the_shipped_checkpoint_cost_is_what_its_command_fits(tmp_path):
     # the command recorded in the shipped file, run again on the committed probe rows (validation/
-    # checkpoint_h100/), gives the shipped value: 1.776 ms per checkpointed layer and micro-batch
+    # checkpoint_h100/), gives the shipped value: 1.870 ms per checkpointed layer and micro-batch
     import json
     import subprocess
     import sys
