@@ -256,7 +256,9 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
         return MemoryEstimate(weights=4.0 * params / units.ranks + live
                               + 2.0 * _linear_params(model, min(2, n), v, mp, plan.role.has_head),
                               grads=4.0 * params / units.ranks + layer_b, optimizer=8.0 * params / units.ranks,
-                              activations=acts, stage=plan.index)
+                              activations=acts, stage=plan.index,
+                              # one micro-batch: its backward creates the sharded gradients (as below)
+                              not_together=min(4.0 * params / units.ranks, acts) if m <= in_flight else 0.0)
     # DDP: its reducer's bucket is a second fp32 copy, and in the second iteration, when DDP rebuilds
     # its buckets in the order the first backward produced the gradients, a third is live at the
     # peak: +8 bytes per parameter over one GPU at every m (m = 4 on 2 and 4 H100s, three shapes; m = 1

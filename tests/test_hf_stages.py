@@ -309,3 +309,11 @@ def test_fsdp_memory_is_a_shard_plus_the_live_units():
     ddp = memory_per_gpu(MODEL, ddp_tr, par, build_stage_plans(MODEL, ddp_tr, par))
     assert fsdp.optimizer == pytest.approx(ddp.optimizer / 4)
     assert fsdp.total < ddp.total
+    assert fsdp.not_together == 0.0  # accumulating micro-batches: the sharded gradients meet the last one
+    # one micro-batch: its backward creates the sharded gradients, so at its start (the peak, every
+    # activation live) there are none (fp32, 1/dp of the parameters), as without FSDP
+    tr1 = _tr(b=4, m=1, zero_stage=3)
+    (p1,) = build_stage_plans(MODEL, tr1, par)
+    one = memory_per_gpu(MODEL, tr1, par, (p1,))
+    assert one.not_together == pytest.approx(min(4.0 * p1.params / 4, one.activations))
+    assert one.total == pytest.approx(one.weights + one.grads + one.optimizer + one.activations - one.not_together)
