@@ -275,9 +275,12 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
     # Gradients are created (set_to_none) by the first backward: where every micro-batch's forward
     # runs before it (one micro-batch; a pipeline stage with m <= its warm-up), the peak at the start
     # of that backward has all the activations and no gradients yet.
-    return MemoryEstimate(weights=4.0 * params + 2.0 * _linear_params(model, n, v, mp, plan.role.has_head),
+    # The bf16 copies autocast makes of the linears' weights are held by the graph's saved tensors
+    # until each layer's backward: gone with the activations before the gradients are all there.
+    casts = 2.0 * _linear_params(model, n, v, mp, plan.role.has_head)
+    return MemoryEstimate(weights=4.0 * params + casts,
                           grads=grads, optimizer=8.0 * params, activations=acts, stage=plan.index,
-                          not_together=min(4.0 * params, acts) if m <= in_flight else 0.0)
+                          not_together=min(4.0 * params, acts + casts) if m <= in_flight else 0.0)
 
 
 def _pipelining_runtime_bytes(par: Parallelism, plan: StagePlan, m: int, in_flight: int,

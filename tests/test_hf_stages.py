@@ -301,6 +301,22 @@ def test_fsdp_copies_run_on_the_compute_stream(monkeypatch):
     assert gathered.fsdp_bwd_s == pytest.approx(none.fsdp_bwd_s)  # the root stays gathered after the forward
 
 
+def test_one_micro_batchs_peak_holds_the_weights_casts_or_the_gradients_not_both():
+    # w10 of validation/configs_unseen7.csv (d4224, 8 layers, sequence 512, b1, full recompute): the
+    # gradients (4 bytes a parameter) outweigh what the backward frees (the kept activations and
+    # autocast's bf16 copies of the linears' weights, which the saved tensors hold until then), so the
+    # peak is the fp32 weights, gradients and Adam's two states: 16 bytes a parameter (measured 31.95
+    # GiB on two H200s; 35.47 GiB predicted when the copies were counted beside the gradients)
+    from trainsim.operators.memory import memory_per_gpu
+
+    big = ModelSpec("w10", hidden=4224, heads=33, layers=8, seq_len=512, vocab=V)
+    tr = TrainingSpec(micro_batch=1, micro_batches=1, precision="bf16", recompute="full", framework="hf")
+    (plan,) = build_stage_plans(big, tr, Parallelism())
+    est = memory_per_gpu(big, tr, Parallelism(), (plan,))
+    assert est.total == pytest.approx(16.0 * plan.params)
+    assert est.total_gib == pytest.approx(31.88, abs=0.01)
+
+
 def test_fsdp_memory_is_a_shard_plus_the_live_units():
     tr = _tr(b=4, m=4, zero_stage=3)
     ddp_tr = _tr(b=4, m=4)

@@ -39,8 +39,12 @@ def test_hf_recompute_keeps_fp32_layer_inputs_and_one_peak():
 
 def test_hf_single_micro_batch_gradients_do_not_meet_the_activations():
     e = _hf("none", m=1)
-    assert e.not_together == min(e.grads, e.activations) == 516096
-    assert e.total == e.weights + e.optimizer + max(e.grads, e.activations)
+    # nor autocast's bf16 copies of the linears' weights (the weights beyond 4 bytes a parameter),
+    # which the saved tensors hold until the backward frees them with the activations
+    casts = e.weights - 4 * 132864
+    assert casts == 231680
+    assert e.not_together == min(e.grads, e.activations + casts) == 531456
+    assert e.total == e.weights - casts + e.optimizer + max(e.grads, e.activations + casts)
 
 
 def test_megatron_korthikanti_with_1f1b_in_flight():
