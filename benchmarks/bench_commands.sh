@@ -11,13 +11,8 @@ set -eu
 OLD=$1; NEW=$2; N=$3; shift 3
 REPO=$(git rev-parse --show-toplevel); T=${TMPDIR:-/tmp}/trainsim-cmds-$$
 mkdir -p "$T"
-for v in old new; do
-  rev=$([ $v = old ] && echo "$OLD" || echo "$NEW")
-  git -C "$REPO" worktree add -q "$T/wt_$v" "$rev"
-  mkdir -p "$T/farm_$v/trainsim"
-  for f in "$T/wt_$v"/trainsim/*; do ln -s "$f" "$T/farm_$v/trainsim/"; done
-  for p in operators topology calibration sim scenarios; do ln -s "$T/wt_$v/$p" "$T/farm_$v/trainsim/$p"; done
-done
+. "$REPO/benchmarks/worktree_farm.sh"
+make_farms "$OLD" "$NEW"
 cd "$T"; unset PYTHONDONTWRITEBYTECODE
 run() { local v=$1; shift; TRAINSIM_CACHE="$T/cache_$v" PYTHONPATH="$T/farm_$v" python -m trainsim "$@" > /dev/null 2>&1; }
 for c in "$@"; do c=${c//\{tree\}/$T/wt_new}; for v in old new; do run $v $c; done; done  # fit and cache
@@ -27,4 +22,4 @@ for c in "$@"; do
     for v in old new; do s=$(date +%s.%N); run $v $c; e=$(date +%s.%N); echo "$v|${c//$T\/wt_new/\{tree\}}|$(echo "$e - $s" | bc)"; done
   done
 done
-for v in old new; do git -C "$REPO" worktree remove --force "$T/wt_$v"; done
+remove_farms

@@ -14,13 +14,8 @@ set -eu
 OLD=$1; NEW=$2; SCENARIO=${3:-gpt20b-dgxh100}; N=${4:-7}
 REPO=$(git rev-parse --show-toplevel); T=${TMPDIR:-/tmp}/trainsim-bench-$$
 mkdir -p "$T"
-for v in old new; do
-  rev=$([ $v = old ] && echo "$OLD" || echo "$NEW")
-  git -C "$REPO" worktree add -q "$T/wt_$v" "$rev"
-  mkdir -p "$T/farm_$v/trainsim"
-  for f in "$T/wt_$v"/trainsim/*; do ln -s "$f" "$T/farm_$v/trainsim/"; done
-  for p in operators topology calibration sim scenarios; do ln -s "$T/wt_$v/$p" "$T/farm_$v/trainsim/$p"; done
-done
+. "$REPO/benchmarks/worktree_farm.sh"
+make_farms "$OLD" "$NEW"
 cd "$T"; unset PYTHONDONTWRITEBYTECODE
 run() { TRAINSIM_CACHE="$T/cache_$1" PYTHONPATH="$T/farm_$1" python -m trainsim run "$SCENARIO" -q; }
 for v in old new; do run $v > /dev/null 2>&1; done  # fit and cache the profile
@@ -30,4 +25,4 @@ for i in $(seq "$N"); do
     echo "$v $(echo "$e - $s" | bc) $(echo "$out" | grep -E 'iteration time|events' | tr -s ' ' | tr '\n' ' ')"
   done
 done
-for v in old new; do git -C "$REPO" worktree remove --force "$T/wt_$v"; done
+remove_farms
