@@ -20,7 +20,8 @@ backward on one micro-batch), and for a pipeline of ``pp`` equal stages ``layers
 runtime of a row is its layout's: ``eager`` (1gpu), ``ddp`` (dp: DDP around the same eager model,
 with its forward wrapper, its bucket hooks and its all-reduce launches: on the same machines its tiny
 rows take a median 1.22x (dp2) and 1.31x (dp4) one GPU's, so it has a line of its own, and the eager
-model's head and tail, :data:`WRAPS`), ``dtensor_tp`` (tp), ``fsdp2`` (fsdp), ``fsdp2_tp`` (fsdp x tp), ``eager_pp`` and
+model's head and tail, ``operators.stages.WRAPPED_RUNTIMES``), ``dtensor_tp`` (tp), ``fsdp2`` (fsdp),
+``fsdp2_tp`` (fsdp x tp), ``eager_pp`` and
 ``dtensor_tp_pp`` (the pipelining runtime's stages: no attention mask, so no host-GPU
 synchronisation per micro-batch, and a per-layer cost of their own).
 
@@ -102,7 +103,7 @@ from typing import Any
 
 from trainsim.operators.errors import ConfigError
 from trainsim.operators.partition import partition_encoders
-from trainsim.operators.stages import megatron_runtime
+from trainsim.operators.stages import WRAPPED_RUNTIMES, megatron_runtime
 
 HOST_FILE = "host_overhead.json"
 #: beside HOST_FILE: what a checkpointed layer costs the host beyond re-issuing its forward
@@ -123,11 +124,6 @@ HEAD_TAIL_PARTS = ("head_fwd", "tail_fwd", "head_bwd", "tail_bwd")
 #: stages: validation/probe_parallel_head_host.py). Not pipelined, every micro-batch runs both ends; a
 #: pipeline's first stage runs the head and its last the tail (:func:`pipeline_steps`)
 HEAD_TAIL_RUNTIMES = frozenset({"eager", "ddp", "dtensor_tp", "fsdp2_tp", "eager_pp", "dtensor_tp_pp"})
-#: a runtime that wraps another's model as it is, so its micro-batch's head and tail (in layers) and
-#: its checkpointed layer's host work are that runtime's when not given their own: DDP wraps the
-#: eager Hugging Face model (its own host work is its forward wrapper, its bucket hooks and the
-#: all-reduces it launches, which its line carries)
-WRAPS = {"ddp": "eager"}
 
 
 def read_head_tail(paths: str | Sequence[str], runtime: str = "eager") -> dict[str, float]:
@@ -251,7 +247,7 @@ def fit_host_overhead(rows: Iterable[dict[str, str]],
     for rt in ends:
         if rt not in HEAD_TAIL_RUNTIMES:
             raise ConfigError("host overhead", f"runtime {rt}: takes no head and tail")
-    for rt, inner in WRAPS.items():
+    for rt, inner in WRAPPED_RUNTIMES.items():
         if rt not in ends and inner in ends:
             ends[rt] = ends[inner]
     pts: list[tuple[str, float, float, str]] = []
@@ -417,7 +413,7 @@ def load_host_overhead(path: str | Path) -> dict[str, dict]:
                 runtimes[rt] = {**runtimes[rt], "checkpoint_s": float(c)}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ConfigError(str(ck), f"not a checkpoint-overhead table: {e}") from None
-    for rt, inner in WRAPS.items():  # torch.utils.checkpoint's own work is the wrapped model's
+    for rt, inner in WRAPPED_RUNTIMES.items():  # torch.utils.checkpoint's own work is the wrapped model's
         if rt in runtimes and "checkpoint_s" not in runtimes[rt] and "checkpoint_s" in runtimes.get(inner, {}):
             runtimes[rt] = {**runtimes[rt], "checkpoint_s": runtimes[inner]["checkpoint_s"]}
     return runtimes

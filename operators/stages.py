@@ -352,6 +352,14 @@ def megatron_runtime(mp: int, pp: int) -> str:
     return "megatron_eager" + ("_tp" if mp > 1 else "") + ("_pp" if pp > 1 else "")
 
 
+#: A runtime that wraps another's model as it is, and that runtime: DDP wraps the eager Hugging Face
+#: model, so its micro-batch's head and tail (in layers) and its checkpointed layer's host work are the
+#: eager model's, and a host table fitted before DDP had a line of its own prices DDP with the eager
+#: line (its own host work, the forward wrapper, the bucket hooks and the all-reduces it launches, is
+#: what its line adds; calibration/host_overhead.py)
+WRAPPED_RUNTIMES = {"ddp": "eager"}
+
+
 #: Runtimes whose tensor-parallel ranks meet at collectives inside every layer of a micro-batch
 #: (DTensor TP's all-reduces), so where the host sets the pace a micro-batch takes as long as the
 #: slowest of their hosts (:func:`slowest_rank_factor`); measured for tp2 and tp4 (calibration/rank_spread.py).

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from trainsim.operators import DurationModel, Op, OpKind, StagePlan
 from trainsim.operators.spec import Parallelism
-from trainsim.operators.stages import meeting_ranks, slowest_rank_factor
+from trainsim.operators.stages import WRAPPED_RUNTIMES, meeting_ranks, slowest_rank_factor
 
 #: Runtimes whose host waits for the GPU at each micro-batch's start (Hugging Face's causal-mask
 #: construction) and then issues it operator by operator: their host excess is a flow shop's idle
@@ -141,22 +141,15 @@ def host_machine_factors(table: dict[str, dict]) -> dict[str, float]:
     return {m: f for e in table.values() for m, f in (e.get("lease_factors") or {}).items()}
 
 
-#: a runtime a profile's host table may lack, and the one that stands in for it: a pipeline's stages
-#: by the runtime without a pipeline (a table measured before pipelines were), DDP by the eager model
-#: it wraps (a table fitted before DDP had a line of its own, which averaged the two)
-STAND_INS = {"eager_pp": "eager", "dtensor_tp_pp": "dtensor_tp", "megatron_eager_pp": "megatron_eager",
-             "megatron_eager_tp_pp": "megatron_eager_tp", "ddp": "eager"}
-
-
 def host_entry(table: dict, runtime: str) -> tuple[dict | None, str | None]:
     """``runtime``'s line in a profile's host table: (the entry, the runtime standing in for it, if
-    one had to); (None, None) where neither is there."""
+    one had to); (None, None) where neither is there. A table may lack a pipeline's stages (measured
+    before pipelines were: the runtime without its ``_pp`` stands in) or DDP (fitted before DDP had a
+    line of its own: the eager model it wraps, ``WRAPPED_RUNTIMES``)."""
     if runtime in table:
         return table[runtime], None
-    stand_in = STAND_INS.get(runtime)
-    if stand_in is not None and stand_in in table:
-        return table[stand_in], stand_in
-    return None, None
+    stand_in = WRAPPED_RUNTIMES.get(runtime, runtime.removesuffix("_pp"))
+    return (table[stand_in], stand_in) if stand_in != runtime and stand_in in table else (None, None)
 
 
 def host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: float, mp_fwd: float,
