@@ -15,8 +15,9 @@ all host time. This module fits, over those rows,
 
 with one line per runtime and one speed factor per machine shared by every runtime measured on
 it. ``layer_steps`` is ``layers * micro_batches`` (``per_layer_s``: one layer's forward and
-backward on one micro-batch), and for a pipeline of ``pp`` equal stages ``layers / pp * (m + pp
-- 1)``, the stage steps on the 1F1B critical path while the stages' hosts work side by side. The
+backward on one micro-batch), and for a pipeline of ``pp`` equal stages ``layers / pp * m``: the
+stages' hosts issue their schedules ahead of the GPUs and never wait for each other, so the
+slowest stage's host total is the critical path (:func:`pipeline_steps`). The
 runtime of a row is its layout's: ``eager`` (1gpu), ``ddp`` (dp: DDP around the same eager model,
 with its forward wrapper, its bucket hooks and its all-reduce launches: on the same machines its tiny
 rows take a median 1.22x (dp2) and 1.31x (dp4) one GPU's, so it has a line of its own, and the eager
@@ -50,8 +51,10 @@ head backward 0.06, tail backward 0.33), FSDP2 x TP 1.33. Fitted without them, t
 cost sat in the intercept: 29.7 ms per iteration for DTensor TP and 56 ms for FSDP2 x TP, where the
 probe times the update (optimizer step and ``zero_grad``) at 2-5 and 3-7 ms; with them the
 intercepts are 1.3 and 9.7 ms. In a pipeline the first stage runs the head and the last the tail
-(:func:`pipeline_steps`); the eager pipeline's, measured on pp2 (machine BJ), are small: head 0.19,
-tail 0.43 layers (no causal mask; the loss alone on the last stage).
+(:func:`pipeline_steps`); the eager pipeline's, measured on pp2 (machine BJ) and pp4 (CF), are small:
+head 0.19, tail 0.43 layers (no causal mask; the loss alone on the last stage); the pipelined DTensor
+stages' on pp2xtp2 (CF): head 0.18, tail 0.64 (the vocabulary-parallel embedding; the LM head and the
+loss under ``loss_parallel``).
 
 Host and GPU work overlap: PyTorch issues kernels asynchronously, so a step takes the longer of
 the two (``overlap: overlapped``; a "serial" runtime would add them). Checked on the GPUs with
@@ -86,6 +89,8 @@ that measured no train_hf_parallel.py runtime, so their factors are normalised a
         --head-tail fsdp2_tp=validation/parallel_head_host_h200_4gpu_machineBG/parallel_head_host.jsonl \\
         --head-tail fsdp2_tp=validation/parallel_head_host_h200_4gpu_machineBH/parallel_head_host.jsonl \\
         --head-tail eager_pp=validation/parallel_head_host_h200_2gpu_machineBJ/parallel_head_host.jsonl \\
+        --head-tail eager_pp=validation/parallel_head_host_h200_4gpu_machineCF/parallel_head_host.jsonl \\
+        --head-tail dtensor_tp_pp=validation/parallel_head_host_h200_4gpu_machineCF/parallel_head_host.jsonl \\
         --out calibration/profiles/h100-sxm-bf16/host_overhead.json
 """
 
@@ -185,37 +190,41 @@ def pipeline_degree(layout: str) -> int:
 
 
 def layer_steps(layout: str, layers: float, micro_batches: float) -> float:
-    """The layer-steps on an iteration's critical path, what its host time grows with.
+    """The layer-steps on an iteration's host critical path, what its host time grows with.
 
     Not pipelined: every layer's forward and backward for every micro-batch, ``layers * m``.
-    Pipelined (1F1B, equal stages of ``layers / pp``): ``m + pp - 1`` stage steps of
-    ``layers / pp`` layers each; the stages' hosts work side by side.
+    Pipelined: the slowest stage's host total, ``m`` steps of its layers (:func:`pipeline_steps`).
     """
-    pp = pipeline_degree(layout)
-    return layers * micro_batches if pp == 1 else layers / pp * (micro_batches + pp - 1)
+    if pipeline_degree(layout) == 1:
+        return layers * micro_batches
+    return pipeline_steps(layout, int(layers), micro_batches, 0.0, 0.0)
 
 
 def pipeline_steps(layout: str, layers: int, micro_batches: float, head: float, tail: float) -> float:
-    """The layer-steps on a 1F1B pipeline's critical path when its first stage also runs the head
-    and its last the tail (in layers per micro-batch): every stage's step once (the fill and the
-    drain) and the slowest stage's ``m - 1`` more. Stages as validation/train_hf_parallel.py splits
-    the layers (even, the remainder on the last stages); with no ends and equal stages this is
-    :func:`layer_steps`."""
+    """The layer-steps on a pipeline's host critical path when its first stage also runs the head and
+    its last the tail (in layers per micro-batch): the slowest stage's ``m`` steps. Its stages' hosts
+    issue their schedules ahead of the GPUs and never wait for each other
+    (:data:`trainsim.operators.stages.ISSUE_AHEAD_PIPELINES`), so the fill and the drain are the
+    GPUs' alone; on the tiny host rows of pp2, pp4 and pp2xtp2 (five machines) and of train_3d.py's
+    pipelines (four), ``m`` steps fit better than the ``m + pp - 1`` of a 1F1B slot chart
+    (docs/multi_gpu.md, "A pipeline's host runs ahead"). Stages as validation/train_hf_parallel.py
+    splits the layers (even, the remainder on the last stages)."""
     pp = pipeline_degree(layout)
     base, extra = divmod(layers, pp)
     steps = [base + (1 if s >= pp - extra else 0) + (head if s == 0 else 0.0) + (tail if s == pp - 1 else 0.0)
              for s in range(pp)]
-    return sum(steps) + (micro_batches - 1) * max(steps)
+    return micro_batches * max(steps)
 
 
 def row_runtime(row: dict[str, str]) -> tuple[str | None, float]:
     """A tiny-shape row's runtime and layer-steps: a train_3d.py row (it has an ``mp`` column) runs
-    :func:`operators.stages.megatron_runtime`, its pipeline's critical path through the stage of most
-    layers (its split is uneven); a train_hf_parallel.py row runs :func:`runtime_of` its layout."""
+    :func:`operators.stages.megatron_runtime`, its pipeline's host critical path the ``m`` steps of its
+    stage of most layers (its split is uneven; :func:`pipeline_steps`); a train_hf_parallel.py row runs
+    :func:`runtime_of` its layout."""
     layers, m = float(row["layers"]), float(row["micro_batches"])
     if "mp" in row:
         pp = int(row["pp"])
-        return megatron_runtime(int(row["mp"]), pp), max(partition_encoders(int(layers), pp)) * (m + pp - 1)
+        return megatron_runtime(int(row["mp"]), pp), max(partition_encoders(int(layers), pp)) * m
     return runtime_of(row["layout"]), layer_steps(row["layout"], layers, m)
 
 

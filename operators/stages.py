@@ -363,8 +363,9 @@ WRAPPED_RUNTIMES = {"ddp": "eager"}
 #: Runtimes whose tensor-parallel ranks meet at collectives inside every layer of a micro-batch
 #: (DTensor TP's all-reduces), so where the host sets the pace a micro-batch takes as long as the
 #: slowest of their hosts (:func:`slowest_rank_factor`); measured for tp2 and tp4 (calibration/rank_spread.py).
-#: Under the pipelining runtime the stages also hand over every micro-batch step (1F1B), so a
-#: host-bound step waits for the slowest rank of every stage. Not here: DDP's ranks meet once per
+#: Under the pipelining runtime only each stage's TP group meets so: the stages' hosts issue their
+#: schedules ahead of the GPUs and never wait for each other (:data:`ISSUE_AHEAD_PIPELINES`), the
+#: hand-over between stages is the GPUs'. Not here: DDP's ranks meet once per
 #: iteration (``no_sync`` but for the last micro-batch); the eager pipeline, whose hosts wander about
 #: half as much as DTensor's (machine BL) and whose rows got worse with the DTensor ranks' lag (pp2 2.6
 #: -> 3.1 % on the H200 tables); and FSDP2's shards, at all-gathers issued a unit ahead (prefetch), whose
@@ -372,13 +373,24 @@ WRAPPED_RUNTIMES = {"ddp": "eager"}
 RENDEZVOUS_RUNTIMES = frozenset({"dtensor_tp", "dtensor_tp_pp", "fsdp2_tp"})
 
 
-def meeting_ranks(runtime: str | None, tp: int, pp: int = 1) -> int:
-    """How many ranks' hosts a host-bound step of ``runtime`` waits for: its TP group, and under the
-    pipelining runtime (``dtensor_tp_pp``) every stage's, ``tp * pp``; 1 for a runtime not in
+#: Pipelined runtimes whose stages' hosts never wait for their GPUs inside an iteration: the
+#: pipelining runtime (``torch.distributed.pipelining``: no attention mask, so no host-GPU
+#: synchronisation per micro-batch, and its P2P waits are the GPU stream's) and train_3d.py's
+#: Megatron layer. Each stage's host issues its whole schedule in order while the GPUs hand the
+#: micro-batches on, so where the hosts set the pace an iteration takes the slowest stage's host
+#: total, ``m`` micro-batch steps, and the fill and drain are the GPUs' alone (the tiny host rows of
+#: every such layout follow ``m`` steps, not ``m + pp - 1``: docs/multi_gpu.md, "A pipeline's host
+#: runs ahead"). The simulation gives such a stage a host clock of its own (sim/processes.py).
+ISSUE_AHEAD_PIPELINES = frozenset({"eager_pp", "dtensor_tp_pp", "megatron_eager_pp", "megatron_eager_tp_pp"})
+
+
+def meeting_ranks(runtime: str | None, tp: int) -> int:
+    """How many ranks' hosts a host-bound step of ``runtime`` waits for: its TP group (a pipeline's
+    stages do not wait for each other's hosts: :data:`ISSUE_AHEAD_PIPELINES`); 1 for a runtime not in
     :data:`RENDEZVOUS_RUNTIMES`."""
     if runtime not in RENDEZVOUS_RUNTIMES:
         return 1
-    return tp * pp if runtime == "dtensor_tp_pp" else tp
+    return tp
 
 
 @functools.lru_cache(maxsize=256)

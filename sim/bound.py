@@ -19,6 +19,9 @@ Why a deterministic simulation (:mod:`sim.engine`, realistic or ideal, any sched
 
 * a transfer never runs faster than alone: a flow's share of its nominal speed is in (0, 1]
   (:mod:`sim.network`), and without contention it is a plain delay of its nominal time;
+* a stage whose host issues its schedule ahead (``host_ahead``) has no host excess in its steps,
+  which are at least their GPU work; its last step cannot end before its host has issued all
+  ``m * v`` of them, ``m (H^f_s + H^b_s)`` after the start (the host's seconds per micro-batch);
 * a stage replica runs its ``m * v`` forward and ``m * v`` backward steps one after another. In
   the realistic mode a step is its compute, MP all-reduce, CP ring, FSDP gathers and host time,
   each at least its nominal ``/ v`` share, then a blocking P2P send of at least the full ``p2p_s``
@@ -65,7 +68,11 @@ def lower_bound(costs: IterationCosts, overlap_dp: bool = True) -> float:
     drained = 0.0
     for st in stages:
         f, b = st.fwd_s, st.bwd_s
+        if st.host_ahead:  # its steps are their GPU work, and its host clock ends after all its issue
+            f, b = f - st.host_fwd_extra_s, b - st.host_bwd_extra_s
         own = fwd_head + m * (f + b)
+        if st.host_ahead:
+            own = max(own, m * (st.host_fwd_s + st.host_bwd_s))
         # the buckets start when the last backward's compute ends, before its P2P send
         drained = max(drained, own + bwd_tail, own - st.p2p_bwd_s / v + _last_buckets(st, overlap_dp))
         fwd_head += f / v

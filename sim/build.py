@@ -47,11 +47,15 @@ class StepCost:
     # sequential protocol steps of the step's MP collectives (each all-reduce's ring: 2 (mp - 1)), which
     # a congestion episode's step latency delays (sim.jitter.Congestion.latency_s)
     mp_steps: float = 0.0
+    # a stage whose host issues its schedule ahead (sim.costs.StageCost.host_ahead): the host's seconds
+    # to issue this step, on the stage's host clock (host_s is then 0)
+    issue_s: float = 0.0
     # compute and MP all-reduce only (no host, FSDP or CP time): the engine's fast path
     plain: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "plain", self.host_s <= 0 and self.fsdp_s <= 0 and self.cp_s <= 0)
+        object.__setattr__(self, "plain", self.host_s <= 0 and self.fsdp_s <= 0 and self.cp_s <= 0
+                           and self.issue_s <= 0)
 
 
 StepTable = dict[tuple[StepKind, int], StepCost]
@@ -73,15 +77,21 @@ def step_costs(costs: IterationCosts, own_stage_times: bool, st: StageCost, chun
     slowest_f = max(costs.stages, key=lambda x: x.fwd_s) if not own_stage_times else st
     slowest_b = max(costs.stages, key=lambda x: x.bwd_s) if not own_stage_times else st
 
+    # a stage whose host issues ahead runs its host clock in the simulation (its own times only; Eq. 7's
+    # slots keep the per-step excess)
+    lane = own_stage_times and st.host_ahead
+
     def forward(x: StageCost, inside: float, p2p: float, dest: tuple[int, int] | None, needs_input: bool,
                 mp_steps: float) -> StepCost:
+        host, issue = (0.0, x.host_fwd_s / v) if lane else (x.host_fwd_extra_s / v, 0.0)
         return StepCost((x.fwd_compute_s + inside) / v, 0.0, x.mp_fwd_s / v, p2p, dest, needs_input,
-                        x.host_fwd_extra_s / v, x.fsdp_fwd_s / v, x.cp_fwd_s / v, mp_steps)
+                        host, x.fsdp_fwd_s / v, x.cp_fwd_s / v, mp_steps, issue)
 
     def backward(x: StageCost, inside: float, p2p: float, dest: tuple[int, int] | None, needs_input: bool,
                  mp_steps: float) -> StepCost:
+        host, issue = (0.0, x.host_bwd_s / v) if lane else (x.host_bwd_extra_s / v, 0.0)
         return StepCost((x.bwd_compute_s + inside) / v, x.recompute_s / v, x.mp_bwd_s / v, p2p, dest, needs_input,
-                        x.host_bwd_extra_s / v, x.fsdp_bwd_s / v, x.cp_bwd_s / v, mp_steps)
+                        host, x.fsdp_bwd_s / v, x.cp_bwd_s / v, mp_steps, issue)
 
     out: StepTable = {}
     for c in range(v):

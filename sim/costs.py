@@ -21,7 +21,7 @@ from trainsim.operators.ops import FP8_GEMM_KINDS, UNFUSED_OF, eager_op, flops
 from trainsim.operators.spec import Parallelism
 from trainsim.operators.stages import DPBuckets, GradSegment
 from trainsim.sim.exposed import FSDPCopies, cp_exposed, fsdp_copies, fsdp_exposed, fsdp_full_pass, tp_overlapped
-from trainsim.sim.host_time import host_fields
+from trainsim.sim.host_time import host_fields, issues_ahead
 from trainsim.topology import ClusterSpec, Placement, closed_form_seconds
 
 
@@ -66,6 +66,11 @@ class StageCost:
     host_fwd_extra_s: float = 0.0
     host_bwd_extra_s: float = 0.0
     host_update_s: float = 0.0
+    # the stage's host issues its whole schedule ahead of its GPU (a pipeline stage of
+    # operators.stages.ISSUE_AHEAD_PIPELINES): the simulation gives it a host clock of its own, and a
+    # step's GPU work cannot start before the host starts issuing it nor end before the host is done
+    # (host_fwd_s, host_bwd_s per step); the extras above are then Eq. 7's slots only
+    host_ahead: bool = False
     # FSDP2: per micro-batch, the all-gathers and reduce-scatters its prefetching does not hide
     # behind the layers' compute (see fsdp_exposed)
     fsdp_fwd_s: float = 0.0
@@ -543,6 +548,8 @@ def build_costs(
         ag_total = sum(wanted[c] for c in dp_ag[s])
         ag_hidden = min(ag_total, fwd_s) if training.overlap_param_gather else 0.0
         ag_exposed = ag_total - ag_hidden
+        host = host_fields(model, p, fwd_s, bwd_s, mp_f, mp_b, upd[p.optimizer] + accum_s, notes, (fwd, bwd),
+                           mp_after[s], par)
         return StageCost(
             index=s,
             fwd_compute_s=fwd_s,
@@ -577,8 +584,8 @@ def build_costs(
             dp_bucket_ready=dp_ready[s],
             fsdp_fwd_s=fsdp_f, fsdp_bwd_s=fsdp_b,
             **_interference(model, p, bwd, [float(c.bytes) for c in dp_ar[s]]),
-            **host_fields(model, p, fwd_s, bwd_s, mp_f, mp_b, upd[p.optimizer] + accum_s, notes, (fwd, bwd),
-                           mp_after[s], par),
+            **host,
+            host_ahead=bool(host) and issues_ahead(p, par),
             compute_bound_s=_compute_bound_s(p, fwd, bwd, tc), power_cap_factor=factor,
         )
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from trainsim.operators import DurationModel, Op, OpKind, StagePlan
 from trainsim.operators.spec import Parallelism
-from trainsim.operators.stages import WRAPPED_RUNTIMES, meeting_ranks, slowest_rank_factor
+from trainsim.operators.stages import ISSUE_AHEAD_PIPELINES, WRAPPED_RUNTIMES, meeting_ranks, slowest_rank_factor
 
 #: Runtimes whose host waits for the GPU at each micro-batch's start (Hugging Face's causal-mask
 #: construction) and then issues it operator by operator: their host excess is a flow shop's idle
@@ -180,7 +180,7 @@ def host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: floa
     head_tail = entry.get("head_tail")  # the micro-batch's host work outside its layers, in layers
     # where the ranks meet inside every layer (and a pipeline's stages every step), a micro-batch waits
     # for the slowest of their hosts (``par``: the layout; none given, one rank)
-    ranks = meeting_ranks(plan.runtime, par.mp, par.pp) if par is not None else 1
+    ranks = meeting_ranks(plan.runtime, par.mp) if par is not None else 1
     lag = slowest_rank_factor(ranks, float(entry.get("rank_sigma", 0.0)), entry.get("rank_lag"))
     per_layer_s = entry["per_layer_s"] * lag
     per_mb = per_layer_s * (plan.encoders + sum(stage_head_tail(plan, head_tail).values()))
@@ -199,8 +199,7 @@ def host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: floa
     host, gpu = host_f + host_b, gpu_f + gpu_b
     host_bound = host > gpu if ahead else host_f > gpu_f or host_b > gpu_b
     if lag > 1.0 and (serial or host_bound):
-        meet = "inside every layer" + (" and every pipeline step" if par is not None and par.pp > 1 else "")
-        notes.append(f"the {plan.runtime} runtime's {ranks} ranks meet {meet}, so its host-bound steps "
+        notes.append(f"the {plan.runtime} runtime's {ranks} ranks meet inside every layer, so its host-bound steps "
                      f"take as long as the slowest of their hosts: x{lag:.3f} a typical rank's ("
                      + ("measured" if ranks in (entry.get("rank_lag") or {}) else
                         f"not measured for {ranks} ranks: a normal spread of rank_sigma {entry['rank_sigma']:.3f}")
@@ -239,3 +238,10 @@ def host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: floa
             extra_f, extra_b = extra(host_f, gpu_f), extra(host_b, gpu_b)
     return {"host_fwd_s": host_f, "host_bwd_s": host_b, "host_fwd_extra_s": extra_f,
             "host_bwd_extra_s": extra_b, "host_update_s": extra(entry["per_iteration_s"], update_s + backlog)}
+
+
+def issues_ahead(plan: StagePlan, par: Parallelism) -> bool:
+    """Whether the stage's host issues its whole schedule ahead of its GPU (a pipeline stage of
+    :data:`~trainsim.operators.stages.ISSUE_AHEAD_PIPELINES`): the simulation then runs its host clock
+    (sim/processes.py), and :func:`host_fields`' per-step extras are Eq. 7's slots only."""
+    return plan.runtime in ISSUE_AHEAD_PIPELINES and par.pp > 1

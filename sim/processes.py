@@ -118,6 +118,7 @@ def stage_process(env: simpy.Environment, ctx: Build, stage: int, replica: int, 
     table, rendezvous, posted, mailbox = lane.table, lane.rendezvous, ctx.posted, ctx.mailbox
     last = len(steps) - 1
     posted_ahead = False  # this step's receive was posted with the previous step's send
+    issued = env.now  # the host clock of a stage that issues its schedule ahead (StepCost.issue_s)
     for i, step in enumerate(steps):
         sc = table[step.kind, step.chunk]
         if sc.needs_input:
@@ -127,6 +128,12 @@ def stage_process(env: simpy.Environment, ctx: Build, stage: int, replica: int, 
                 meet(env, posted, key).succeed()
             yield meet(env, mailbox, key)
         posted_ahead = False
+        if sc.issue_s > 0:
+            # the host issues the steps in order and never waits for the GPU: the GPU starts a step
+            # no earlier than the host starts issuing it, and ends it no earlier than the host is done
+            started, issued = issued, issued + sc.issue_s
+            if started > env.now:
+                yield from host_wait(env, ctx, lane, step, started)
         if sc.plain and not (i == last and lane.bucketed):
             # compute_step's common case inlined (no CP, FSDP or host time; no buckets to release)
             t0 = env.now
@@ -142,6 +149,8 @@ def stage_process(env: simpy.Environment, ctx: Build, stage: int, replica: int, 
                     lane.span(ctx, f"MP all-reduce {step.kind}{step.micro}", "mp", t1, env.now)
         else:
             yield from compute_step(env, ctx, lane, step, sc, i == last and lane.bucketed)
+        if sc.issue_s > 0 and issued > env.now:
+            yield from host_wait(env, ctx, lane, step, issued)
         if rendezvous and i < last:
             posted_ahead = post_next_receive(env, ctx, lane, step, steps[i + 1])
         if sc.dest is not None:
@@ -154,6 +163,15 @@ def stage_process(env: simpy.Environment, ctx: Build, stage: int, replica: int, 
     yield from update(env, ctx, lane)
     t.end = env.now
     ctx.finished.arrive()
+
+
+def host_wait(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, until: float) -> Process:
+    """The GPU idle until ``until`` on its stage's host clock (a stage that issues ahead): host time."""
+    t0 = env.now
+    yield env.timeout(until - t0)
+    lane.tally.host += env.now - t0
+    if lane.track is not None:
+        lane.span(ctx, f"host {step.kind}{step.micro}", "host", t0, env.now)
 
 
 def compute_step(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, sc: StepCost,

@@ -120,8 +120,9 @@ def test_megatron_plans_in_eager_ops_name_their_runtime_and_fused_kernels_none(k
 
 def test_a_train_3d_row_runs_the_megatron_runtime_along_its_longest_stage():
     row = {"layout": "pp2-mp2-dp1", "pp": "2", "mp": "2", "dp": "1", "layers": "16", "micro_batches": "8"}
-    # the encoder split gives the stages 9 and 7 layers; 1F1B's critical path is m + pp - 1 stage steps
-    assert row_runtime(row) == ("megatron_eager_tp_pp", 9 * (8 + 2 - 1))
+    # the encoder split gives the stages 9 and 7 layers; the hosts issue ahead, so the host's critical
+    # path is the longer stage's m steps (not the m + pp - 1 of the GPUs' slot chart)
+    assert row_runtime(row) == ("megatron_eager_tp_pp", 9 * 8)
     assert row_runtime({**row, "layout": "pp1-mp1-dp2", "pp": "1", "mp": "1"}) == ("megatron_eager", 16 * 8)
     assert row_runtime(_row("tp2", 4, 2, 0.1)) == ("dtensor_tp", 8)
 
@@ -296,16 +297,16 @@ def test_the_update_host_work_hides_behind_the_last_micro_batchs_backlog():
 
 def test_a_pipeline_runtime_grows_with_its_critical_path_and_borrows_the_machines_speed():
     # eager on two machines (A 0.8x, B 1.25x); the pipelined runtime measured on A only, at 3 ms per
-    # layer-step of its critical path, layers / pp * (m + pp - 1): its line is the kind's, not A's
+    # layer-step of its host's critical path, layers / pp * m: its line is the kind's, not A's
     def eager(L: int, m: int) -> float:
         return 0.010 + 0.002 * L * m
 
     def piped(L: int, m: int, pp: int) -> float:
-        return 0.001 + 0.003 * L / pp * (m + pp - 1)
+        return 0.001 + 0.003 * L / pp * m
 
     rows = [{**_row("1gpu", L, m, 0.8 * eager(L, m)), "lease": "A"} for L, m in ((4, 4), (8, 4), (8, 8))]
     rows += [{**_row("1gpu", L, m, 1.25 * eager(L, m)), "lease": "B"} for L, m in ((4, 4), (8, 8))]
-    rows += [{**_row(f"pp{pp}", L, m, 0.8 * piped(L, m, pp)), "lease": "A"} for L, m, pp in ((8, 4, 2), (8, 8, 4))]
+    rows += [{**_row(f"pp{pp}", L, m, 0.8 * piped(L, m, pp)), "lease": "A"} for L, m, pp in ((8, 4, 2), (12, 8, 4))]
     t = fit_host_overhead(rows)
     assert t["eager"]["lease_factors"] == pytest.approx({"A": 0.8, "B": 1.25}, rel=1e-6)
     assert t["eager_pp"]["lease_factors"] == pytest.approx({"A": 0.8}, rel=1e-6)
@@ -401,12 +402,13 @@ def test_each_runtime_fits_with_its_own_head_and_tail():
 def test_a_pipelines_ends_sit_on_its_first_and_last_stage():
     from trainsim.calibration.host_overhead import layer_steps, pipeline_steps
 
-    # pp2, 8 layers, m = 4, head 0.5 and tail 1.0 layers: stages of 4.5 and 5 layer-steps, each
-    # once for the fill and the drain, the slower three more times
-    assert pipeline_steps("pp2", 8, 4, 0.5, 1.0) == pytest.approx(4.5 + 5 + 3 * 5)
-    assert pipeline_steps("pp2xtp2", 8, 4, 0.0, 0.0) == layer_steps("pp2xtp2", 8, 4)
+    # pp2, 8 layers, m = 4, head 0.5 and tail 1.0 layers: stages of 4.5 and 5 layer-steps; the hosts
+    # issue ahead, so the slower stage's four steps (no fill or drain on the host)
+    assert pipeline_steps("pp2", 8, 4, 0.5, 1.0) == pytest.approx(4 * 5)
+    assert pipeline_steps("pp2xtp2", 8, 4, 0.0, 0.0) == layer_steps("pp2xtp2", 8, 4) == 16
     # 9 layers over 2 stages: 4 and 5 (the remainder last, as the trainer splits them)
-    assert pipeline_steps("pp2", 9, 4, 0.0, 0.0) == pytest.approx(4 + 5 + 3 * 5)
+    assert pipeline_steps("pp2", 9, 4, 0.0, 0.0) == pytest.approx(4 * 5)
+    assert pipeline_steps("pp4", 9, 4, 0.3, 0.0) == pytest.approx(4 * 3)  # stages 2.3, 2, 2, 3
     # the fit recovers a pipelined line made with its ends
     ends = {"head_fwd": 0.2, "head_bwd": 0.0, "tail_fwd": 0.2, "tail_bwd": 0.4}
     rows = [_row("pp2", L, m, 0.002 + 0.003 * pipeline_steps("pp2", L, m, 0.2, 0.6))

@@ -137,6 +137,29 @@ def test_ideal_with_replicas_and_unequal_tail():
     assert r.iteration_s == pytest.approx(4 * 3.0 + 4.0) == pytest.approx(eq7(c).iteration_s)
 
 
+def test_golden_host_ahead_pipeline():
+    # A pipeline stage whose host issues its schedule ahead (the pipelining runtime): 2 s of host per
+    # forward and per backward, GPU 1 s and 2 s. Each host issues its own order on its own clock (stage
+    # 0: F0 F1 B0 B1 at 0, 2, 4, 6; stage 1: F0 B0 F1 B1), and a GPU step starts no earlier than its
+    # issue starts and ends no earlier than it is done: stage 0's forwards wait out 1 s each, and
+    # stage 1's F1 starts at 5 (its B0's end), the host done with it at 6. No host fill or drain: 10 s,
+    # where the per-step excess (Eq. 7, and the ideal mode) charges (m + p - 1) slots of 2 + 2 s.
+    def ahead(i):
+        return dataclasses.replace(stage(i, 1.0, 2.0), host_fwd_s=2.0, host_bwd_s=2.0, host_fwd_extra_s=1.0,
+                                   host_ahead=True)
+    c = costs_of([ahead(0), ahead(1)], m=2)
+    no_links = SimOptions(own_stage_times=True, p2p_transfers=False, bucketed_dp=False, contention=False)
+    r = simulate(c, None, options=no_links, record=True)
+    assert log(r, ("forward", "backward", "host")) == [
+        (0, "B0", 5.0, 7.0), (0, "B1", 8.0, 10.0), (0, "F0", 0.0, 1.0), (0, "F1", 2.0, 3.0),
+        (0, "host F0", 1.0, 2.0), (0, "host F1", 3.0, 4.0),
+        (1, "B0", 3.0, 5.0), (1, "B1", 6.0, 8.0), (1, "F0", 2.0, 3.0), (1, "F1", 5.0, 6.0),
+    ]
+    assert r.iteration_s == 10.0
+    assert r.eq7_s == 12.0 == simulate(c, None, mode="ideal").iteration_s
+    assert r.breakdown["host"] == pytest.approx(2.0)  # stage 0 (critical: it drains last) waited 2 s on its host
+
+
 def test_ideal_breakdown_splits_the_slot_into_its_parts():
     # Eq. 7's slot is the slowest stage's forward (1 + MP 0.5 + host 0.25) and backward (2 + 1 + 0.5); every
     # stage runs it, and the breakdown says what it is made of: stage 0 (critical: it drains last) runs two

@@ -31,6 +31,11 @@ BOUND_CASES = [
                       "training.zero_stage=3"], dict(pps=[1, 2], mps=[1, 2])),
     ("gptneox-h100", ["cluster.preset=dgx-h100", "parallelism.dp=8", "training.micro_batches=8"],
      dict(pps=[1, 2], mps=[1, 2])),
+    # host-bound pipelines (the tiny host shapes): the stages' hosts issue ahead on their own clocks
+    ("gptneox-h100", ["cluster.preset=hgx-h100", "cluster.gpus_per_node=1", "simulation.mode=realistic",
+                      "model.hidden=256", "model.heads=4",
+                      "model.seq_len=128", "training.micro_batch=1", "training.micro_batches=8"],
+     dict(pps=[1, 2, 4], mps=[1, 2])),
 ]
 
 
