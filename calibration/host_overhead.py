@@ -205,8 +205,9 @@ def pipeline_steps(layout: str, layers: int, micro_batches: float, head: float, 
     its last the tail (in layers per micro-batch): the slowest stage's ``m`` steps. Its stages' hosts
     issue their schedules ahead of the GPUs and never wait for each other
     (:data:`trainsim.operators.stages.ISSUE_AHEAD_PIPELINES`), so the fill and the drain are the
-    GPUs' alone; on the tiny host rows of pp2, pp4 and pp2xtp2 (five machines) and of train_3d.py's
-    pipelines (four), ``m`` steps fit better than the ``m + pp - 1`` of a 1F1B slot chart
+    GPUs' alone; on the tiny host rows of pp2xtp2 and pp4 (four machines), pp2 (seven) and train_3d.py's
+    pipelines (four), ``m`` steps fit better than the ``m + pp - 1`` of a 1F1B slot chart, and a pp2
+    kernel timeline shows each stage's host launching four to six steps ahead of its GPU
     (docs/multi_gpu.md, "A pipeline's host runs ahead"). Stages as validation/train_hf_parallel.py
     splits the layers (even, the remainder on the last stages)."""
     pp = pipeline_degree(layout)

@@ -29,8 +29,11 @@ Modes (see :class:`SimOptions`; ``compare`` switches the effects on one at a tim
   earlier stages still compute. No stage starts its optimizer step before every stage's
   gradients are reduced (the global gradient-norm / overflow all-reduce is a barrier);
   then the ZeRO-1 optimizer step and the parameter all-gather (a collective). A collective
-  starts when all members have arrived. The iteration ends when every stage replica has
-  finished.
+  starts when all members have arrived. A step's host time beyond its GPU work is part of the
+  step, except on a stage whose host issues its whole schedule ahead (``StageCost.host_ahead``,
+  the pipelining runtime's stages): that stage keeps a host clock, and a step starts no earlier
+  than its issue starts and ends no earlier than its issue is done. The iteration ends when
+  every stage replica has finished.
 
 Exposed communication (``SimResult.exposed``): on the *critical* stage replica (the last
 to finish; ties go to the lowest stage, then replica) the seconds its own timeline was

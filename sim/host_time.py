@@ -178,7 +178,7 @@ def host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: floa
                      "its steps are priced by their GPU work alone")
         return {}
     head_tail = entry.get("head_tail")  # the micro-batch's host work outside its layers, in layers
-    # where the ranks meet inside every layer (and a pipeline's stages every step), a micro-batch waits
+    # where a TP group's ranks meet inside every layer, a micro-batch waits
     # for the slowest of their hosts (``par``: the layout; none given, one rank)
     ranks = meeting_ranks(plan.runtime, par.mp) if par is not None else 1
     lag = slowest_rank_factor(ranks, float(entry.get("rank_sigma", 0.0)), entry.get("rank_lag"))
