@@ -61,12 +61,15 @@ class StepCost:
 StepTable = dict[tuple[StepKind, int], StepCost]
 
 
-def step_costs(costs: IterationCosts, own_stage_times: bool, st: StageCost, chunks: int) -> StepTable:
+def step_costs(costs: IterationCosts, own_stage_times: bool, st: StageCost, chunks: int,
+               host_clock: bool = True) -> StepTable:
     """The cost of every (kind, chunk) step of stage ``st``.
 
     Without ``own_stage_times`` (Eq. 7's assumption) every forward is ``max_fwd_s / chunks`` and
     every backward ``max_bwd_s / chunks``: the slowest stage's compute, MP syncs, host excess, FSDP and
-    CP time, each charged as itself, and its P2P send inside the compute.
+    CP time, each charged as itself, and its P2P send inside the compute. With ``own_stage_times`` and
+    ``host_clock``, a stage whose host issues ahead (``StageCost.host_ahead``) carries each step's host
+    issue time (``StepCost.issue_s``) instead of its host excess.
     """
     pp, v = costs.pp, chunks
     s = st.index
@@ -79,7 +82,7 @@ def step_costs(costs: IterationCosts, own_stage_times: bool, st: StageCost, chun
 
     # a stage whose host issues ahead runs its host clock in the simulation (its own times only; Eq. 7's
     # slots keep the per-step excess)
-    lane = own_stage_times and st.host_ahead
+    lane = own_stage_times and host_clock and st.host_ahead
 
     def forward(x: StageCost, inside: float, p2p: float, dest: tuple[int, int] | None, needs_input: bool,
                 mp_steps: float) -> StepCost:
@@ -258,7 +261,7 @@ def elaborate(costs: IterationCosts, cluster: ClusterSpec | None, opts: SimOptio
     bound = bind_perturbation(perturb, rng, par.mp * par.cp) if perturb is not None else None
     return Build(
         env=env, costs=costs, opts=opts, pp=pp, dp=dp, chunks=chunks, steps=steps,
-        tables=tuple(step_costs(costs, opts.own_stage_times, st, chunks) for st in costs.stages),
+        tables=tuple(step_costs(costs, opts.own_stage_times, st, chunks, opts.host_clock) for st in costs.stages),
         routes=routes, net=net, perturb=bound, step_latency=getattr(bound, "step_latency", None),
         recorder=recorder, tallies={(s, r): Tally() for s in range(pp) for r in range(dp)},
         mailbox={}, posted={}, drained=Barrier(env, n), synced=Barrier(env, n), finished=Barrier(env, n),

@@ -8,6 +8,8 @@ attribution sums to ``sim_s - eq7_s`` exactly (up to float rounding):
 ``residual``           ideal simulation of the scenario's schedule - Eq. 7 (which has the 1F1B,
                        GPipe and interleaved 1F1B closed forms): float rounding only, ~1e-15 relative
 ``unequal_stages``     each stage's own forward/backward time instead of the maximum
+``host_ahead``         a pipeline stage whose host issues its schedule ahead keeps a host clock
+                       (the fill and drain are the GPUs') instead of each step's host excess
 ``exposed_p2p``        P2P as a blocking rendezvous transfer instead of sender compute (uncontended)
 ``exposed_dp_allreduce``  bucketed DP all-reduce as a collective of all replicas (overlapping
                        the last backward with ``overlap_dp``) instead of Eq. 7's tail
@@ -34,12 +36,14 @@ from trainsim.sim.engine import IDEAL, SimOptions, simulate
 from trainsim.sim.eq7 import eq7
 from trainsim.topology import ClusterSpec
 
-CAUSES = ("residual", "unequal_stages", "exposed_p2p", "exposed_dp_allreduce", "link_contention",
+CAUSES = ("residual", "unequal_stages", "host_ahead", "exposed_p2p", "exposed_dp_allreduce", "link_contention",
           "interference")
 
 _CHAIN = (
     ("unequal_stages", SimOptions(own_stage_times=True, p2p_transfers=False, bucketed_dp=False, contention=False,
-                                  interference=False)),
+                                  interference=False, host_clock=False)),
+    ("host_ahead", SimOptions(own_stage_times=True, p2p_transfers=False, bucketed_dp=False, contention=False,
+                              interference=False)),
     ("exposed_p2p", SimOptions(own_stage_times=True, p2p_transfers=True, bucketed_dp=False, contention=False,
                                interference=False)),
     ("exposed_dp_allreduce", SimOptions(own_stage_times=True, p2p_transfers=True, bucketed_dp=True,

@@ -22,11 +22,14 @@ class SimOptions:
     # Compute and a DP all-reduce running at once on a GPU slow each other, by the profile's
     # measured factors (sim.costs.StageCost.interference_*); no effect without them.
     interference: bool = True
+    # A pipeline stage whose host issues its schedule ahead (sim.costs.StageCost.host_ahead) keeps a
+    # host clock of its own instead of Eq. 7's per-step host excess; needs own_stage_times.
+    host_clock: bool = True
 
 
-IDEAL = SimOptions(False, False, False, False, interference=False)
-REALISTIC = SimOptions(True, True, True, True, interference=True)
-SWITCHES = ("own_stage_times", "p2p_transfers", "bucketed_dp", "contention", "interference")
+IDEAL = SimOptions(False, False, False, False, interference=False, host_clock=False)
+REALISTIC = SimOptions(True, True, True, True, interference=True, host_clock=True)
+SWITCHES = ("own_stage_times", "p2p_transfers", "bucketed_dp", "contention", "interference", "host_clock")
 
 
 def options_for(mode: SimMode, overlap_dp: bool = False) -> SimOptions:

@@ -158,6 +158,11 @@ def test_golden_host_ahead_pipeline():
     assert r.iteration_s == 10.0
     assert r.eq7_s == 12.0 == simulate(c, None, mode="ideal").iteration_s
     assert r.breakdown["host"] == pytest.approx(2.0)  # stage 0 (critical: it drains last) waited 2 s on its host
+    # compare names the host clock as its own cause: the 2 s it saves over Eq. 7's per-step excess
+    a = compare(c, _two_node_cluster())
+    assert a.attribution["unequal_stages"] == pytest.approx(0.0, abs=1e-12)
+    assert a.attribution["host_ahead"] == pytest.approx(-2.0)
+    assert sum(a.attribution.values()) == pytest.approx(a.sim_s - a.eq7_s)
 
 
 def test_ideal_breakdown_splits_the_slot_into_its_parts():
