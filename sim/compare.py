@@ -77,7 +77,10 @@ def compare(costs: IterationCosts, cluster: ClusterSpec | None, ideal: bool = Fa
     attribution = {cause: 0.0 for cause in CAUSES}
     attribution["residual"] = prev - e
     if not ideal:
+        ahead = any(st.host_ahead for st in costs.stages)
         for cause, opts in _CHAIN:
+            if cause == "host_ahead" and not ahead:  # no stage keeps a host clock: the same run again
+                continue
             opts = dataclasses.replace(opts, overlap_dp=overlap_dp)
             now = simulate(costs, cluster, seed=seed, options=opts, schedule=schedule).iteration_s
             attribution[cause] = now - prev

@@ -585,7 +585,7 @@ def build_costs(
             fsdp_fwd_s=fsdp_f, fsdp_bwd_s=fsdp_b,
             **_interference(model, p, bwd, [float(c.bytes) for c in dp_ar[s]]),
             **host,
-            host_ahead=bool(host) and issues_ahead(p, par),
+            host_ahead=bool(host) and issues_ahead(p),
             compute_bound_s=_compute_bound_s(p, fwd, bwd, tc), power_cap_factor=factor,
         )
 

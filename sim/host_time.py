@@ -240,8 +240,9 @@ def host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: floa
             "host_bwd_extra_s": extra_b, "host_update_s": extra(entry["per_iteration_s"], update_s + backlog)}
 
 
-def issues_ahead(plan: StagePlan, par: Parallelism) -> bool:
+def issues_ahead(plan: StagePlan) -> bool:
     """Whether the stage's host issues its whole schedule ahead of its GPU (a pipeline stage of
-    :data:`~trainsim.operators.stages.ISSUE_AHEAD_PIPELINES`): the simulation then runs its host clock
-    (sim/processes.py), and :func:`host_fields`' per-step extras are Eq. 7's slots only."""
-    return plan.runtime in ISSUE_AHEAD_PIPELINES and par.pp > 1
+    :data:`~trainsim.operators.stages.ISSUE_AHEAD_PIPELINES`, whose runtimes exist only with pp > 1):
+    the simulation then runs its host clock (sim/processes.py), and :func:`host_fields`' per-step
+    extras are Eq. 7's slots only."""
+    return plan.runtime in ISSUE_AHEAD_PIPELINES

@@ -128,12 +128,6 @@ def stage_process(env: simpy.Environment, ctx: Build, stage: int, replica: int, 
                 meet(env, posted, key).succeed()
             yield meet(env, mailbox, key)
         posted_ahead = False
-        if sc.issue_s > 0:
-            # the host issues the steps in order and never waits for the GPU: the GPU starts a step
-            # no earlier than the host starts issuing it, and ends it no earlier than the host is done
-            started, issued = issued, issued + sc.issue_s
-            if started > env.now:
-                yield from host_wait(env, ctx, lane, step, started)
         if sc.plain and not (i == last and lane.bucketed):
             # compute_step's common case inlined (no CP, FSDP or host time; no buckets to release)
             t0 = env.now
@@ -147,10 +141,17 @@ def stage_process(env: simpy.Environment, ctx: Build, stage: int, replica: int, 
                 lane.tally.mp += env.now - t1
                 if lane.track is not None:
                     lane.span(ctx, f"MP all-reduce {step.kind}{step.micro}", "mp", t1, env.now)
+        elif sc.issue_s > 0:  # not plain
+            # the host issues the steps in order and never waits for the GPU: the GPU starts a step
+            # no earlier than the host starts issuing it, and ends it no earlier than the host is done
+            started, issued = issued, issued + sc.issue_s
+            if started > env.now:
+                yield from host_wait(env, ctx, lane, step, started)
+            yield from compute_step(env, ctx, lane, step, sc, i == last and lane.bucketed)
+            if issued > env.now:
+                yield from host_wait(env, ctx, lane, step, issued)
         else:
             yield from compute_step(env, ctx, lane, step, sc, i == last and lane.bucketed)
-        if sc.issue_s > 0 and issued > env.now:
-            yield from host_wait(env, ctx, lane, step, issued)
         if rendezvous and i < last:
             posted_ahead = post_next_receive(env, ctx, lane, step, steps[i + 1])
         if sc.dest is not None:

@@ -200,6 +200,6 @@ def test_a_tensor_parallel_pipeline_stage_waits_for_its_own_tp_ranks_only():
     alone, notes = host_fields(_Profile(None), plan, *args, notes=[], par=Parallelism(pp=2, mp=2)), []
     piped = host_fields(_Profile({2: 1.07, 4: 1.22}), plan, *args, notes=notes, par=Parallelism(pp=2, mp=2))
     assert piped["host_fwd_s"] == pytest.approx(alone["host_fwd_s"] * 1.07)
-    assert issues_ahead(plan, Parallelism(pp=2, mp=2))  # the simulation runs the stage's host clock
-    assert not issues_ahead(build_stage_plans(model, tr, Parallelism(mp=2))[0], Parallelism(mp=2))
+    assert issues_ahead(plan)  # the simulation runs the stage's host clock
+    assert not issues_ahead(build_stage_plans(model, tr, Parallelism(mp=2))[0])
     assert any("2 ranks meet inside every layer, so" in n for n in notes)
