@@ -58,3 +58,12 @@ def test_power_comm_summary_by_hand():
     d, g = (float(x) for x in ag.split()[1:3])
     assert d == pytest.approx(0.5) and g == pytest.approx(1.05)
     assert next(line for line in lines if line.startswith("gemm_bf16_8192")).split()[1:3] == ["1.000", "1.150"]
+
+
+def test_power_comm_block_summary_by_hand():
+    # four GEMMs of 1.4 ms (5.6 ms in a burst, 6.16 sustained), then 4 ms idle: D = 5.6 / 9.6, g = 1.1
+    rows = [{"kernel": "blk4_i4", "rank": 0, "burst_s": 9.6e-3, "window_s": 1.0e-2, "window_ratio": 1.04,
+             "sm_mhz_median": 1500.0, "power_w_median": 600.0, "block_burst_s": 5.6e-3, "block_window_s": 6.16e-3,
+             "idle_ms": 4.0}]
+    d, g = (float(x) for x in pc.summarize(rows)[1].split()[1:3])
+    assert d == pytest.approx(5.6 / 9.6, abs=1e-3) and g == pytest.approx(1.1, abs=1e-3)

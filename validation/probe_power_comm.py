@@ -10,7 +10,10 @@ Kernels (``--kernels``; the GEMM and the copy are :func:`calibration.power_bench
 * ``gemm_bf16_8192``, ``copy_256mib``: the lone GEMM and copy (the curve's ends, on this machine);
 * ``ag_256mib``, ``ar_256mib``: an all-gather into a 256 MiB output, an all-reduce of 256 MiB, alone;
 * ``mix_bf16_c<N>``: the GEMM, then N copies (the curve's mixes, again here);
-* ``mix_bf16_ag<N>``, ``mix_bf16_ar<N>``: the GEMM, then N all-gathers (all-reduces) on the same stream.
+* ``mix_bf16_ag<N>``, ``mix_bf16_ar<N>``: the GEMM, then N all-gathers (all-reduces) on the same stream;
+* ``blk<K>_i<N>``: K GEMMs, then N ms of idle GPU (:class:`GemmBlock`): at one D, whether a long idle
+  stretch lowers the throttle as a short one does (the time scale of the cap's averaging). Its D is
+  the block's burst over the block and the idle; its g the block's own time, sustained over burst.
 
 A mix's D is the GEMM's burst over the mix's burst, its g the mix's sustained time less N times its
 other kernel's own sustained time, over the GEMM's burst (``python validation/probe_power_comm.py
@@ -46,8 +49,33 @@ KERNELS = ("gemm_bf16_8192", "copy_256mib", "ag_256mib", "ar_256mib", "mix_bf16_
 MIB256 = 1 << 27  # bf16 elements in 256 MiB
 
 
+class GemmBlock:
+    """``blk<K>_i<N>``: K GEMMs back to back (their span timed by CUDA events on every call), then the
+    GPU idle for N ms (the host synchronises and sleeps): the throttle's time scale, at D ~ K x 1.4 /
+    (K x 1.4 + N) on an H200. ``spans`` keeps the GEMM block's seconds per call."""
+
+    def __init__(self, torch: Any, dev: Any, k: int, idle_ms: int) -> None:
+        self.torch, self.k, self.idle_s = torch, k, idle_ms * 1e-3
+        self.gemm, _ = make_local(torch, "gemm_bf16_8192", dev)
+        self.pending: list[tuple[Any, Any]] = []
+        self.spans: list[float] = []
+
+    def __call__(self) -> None:
+        a, b = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(self.k):
+            self.gemm()
+        b.record()
+        b.synchronize()
+        self.spans.append(a.elapsed_time(b) * 1e-3)
+        time.sleep(self.idle_s)
+
+
 def make(torch: Any, dist: Any, kind: str, dev: Any, world: int) -> Any:
     """The kernel's callable (see the module doc)."""
+    if kind.startswith("blk"):
+        gemms, idle_ms = kind[3:].split("_i")
+        return GemmBlock(torch, dev, int(gemms), int(idle_ms))
     if kind in ("ag_256mib", "ar_256mib"):
         if kind == "ag_256mib":
             out = torch.empty(MIB256, device=dev, dtype=torch.bfloat16)
@@ -122,17 +150,27 @@ def main(argv: list[str] | None = None) -> int:
             sampler = threading.Thread(target=sample_until, args=(local, t_end, samples), daemon=True)
             sampler.start()
             marks = []
-            for _ in range(n_batches):
+            spans_at_half = 0
+            for i_batch in range(n_batches):
+                if i_batch == n_batches // 2 and isinstance(fn, GemmBlock):
+                    spans_at_half = len(fn.spans)
                 for _ in range(batch):
                     fn()
                 torch.cuda.synchronize()
                 marks.append(time.time())
+            spans_at_end = len(fn.spans) if isinstance(fn, GemmBlock) else 0
             half = n_batches // 2
             window = (marks[-1] - marks[half - 1]) / ((n_batches - half) * batch)
             sustained = statistics.mean(sorted(timed(torch, fn, 20))[7:12])
             sampler.join()
             ok = [s for s in samples if s]
-            row = {"round": rnd, "kernel": kind, "rank": rank, "world": world,
+            gemm_block = {}
+            if isinstance(fn, GemmBlock):  # the GEMMs' own time: burst (the timed runs' middle) against sustained
+                gemm_block = {"block_k": fn.k, "idle_ms": fn.idle_s * 1e3,
+                              # spans: the warm-up call, the burst's 20 timed runs, the sustained load
+                              "block_burst_s": statistics.mean(sorted(fn.spans[11:21])[2:7]),
+                              "block_window_s": statistics.mean(fn.spans[spans_at_half:spans_at_end])}
+            row = {"round": rnd, "kernel": kind, "rank": rank, "world": world, **gemm_block,
                    "name": torch.cuda.get_device_name(local), "burst_s": burst, "sustained_s": sustained,
                    "window_s": window, "window_ratio": window / burst, "load_s": marks[-1] - marks[0] + 0.0,
                    "sm_mhz_median": statistics.median(s["sm_mhz"] for s in ok) if ok else None,
@@ -177,6 +215,10 @@ def summarize(rows: list[dict[str, Any]]) -> list[str]:
             if ow is not None and mb and mw:
                 d = gemm_b / mb
                 g = (mw - int(n) * ow) / gemm_b
+        elif kind.startswith("blk"):  # the GEMM block's own sustained time over its burst
+            bb, bw, idle = mean_of(kind, "block_burst_s"), mean_of(kind, "block_window_s"), mean_of(kind, "idle_ms")
+            if bb and bw and idle is not None:
+                d, g = bb / (bb + idle * 1e-3), bw / bb
         elif kind == "gemm_bf16_8192":
             d, g = 1.0, wr
         lines.append(f"{kind:16s} {'' if d is None else f'{d:.3f}':>6s} {'' if g is None else f'{g:.3f}':>6s}   "
