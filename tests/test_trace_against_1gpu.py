@@ -67,3 +67,14 @@ def test_power_comm_block_summary_by_hand():
              "idle_ms": 4.0}]
     d, g = (float(x) for x in pc.summarize(rows)[1].split()[1:3])
     assert d == pytest.approx(5.6 / 9.6, abs=1e-3) and g == pytest.approx(1.1, abs=1e-3)
+
+
+def test_power_comm_block_against_the_lone_gemm_burst():
+    # with the lone GEMM in the file, a block of 4 is 4 x its 1.4 ms burst: D = 5.6 / 9.6, g = 6.16 / 5.6
+    gemm = {"kernel": "gemm_bf16_8192", "rank": 0, "burst_s": 1.4e-3, "window_s": 1.6e-3, "window_ratio": 1.6 / 1.4,
+            "sm_mhz_median": 1500.0, "power_w_median": 690.0}
+    block = {"kernel": "blk4_i4", "rank": 0, "burst_s": 9.6e-3, "window_s": 1.0e-2, "window_ratio": 1.04,
+             "sm_mhz_median": 1500.0, "power_w_median": 600.0, "block_k": 4, "block_burst_s": 6.0e-3,
+             "block_window_s": 6.16e-3, "idle_ms": 4.0}
+    d, g = (float(x) for x in pc.summarize([gemm, block])[2].split()[1:3])
+    assert d == pytest.approx(5.6 / 9.6, abs=1e-3) and g == pytest.approx(1.1, abs=1e-3)

@@ -217,6 +217,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[str]:
                 g = (mw - int(n) * ow) / gemm_b
         elif kind.startswith("blk"):  # the GEMM block's own sustained time over its burst
             bb, bw, idle = mean_of(kind, "block_burst_s"), mean_of(kind, "block_window_s"), mean_of(kind, "idle_ms")
+            if gemm_b:  # a long block's first runs are already under load: K lone GEMM bursts instead
+                bb = gemm_b * (mean_of(kind, "block_k") or 0.0)
             if bb and bw and idle is not None:
                 d, g = bb / (bb + idle * 1e-3), bw / bb
         elif kind == "gemm_bf16_8192":
