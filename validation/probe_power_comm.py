@@ -13,7 +13,8 @@ Kernels (``--kernels``; the GEMM and the copy are :func:`calibration.power_bench
 * ``mix_bf16_ag<N>``, ``mix_bf16_ar<N>``: the GEMM, then N all-gathers (all-reduces) on the same stream;
 * ``blk<K>_i<N>``: K GEMMs, then N ms of idle GPU (:class:`GemmBlock`): at one D, whether a long idle
   stretch lowers the throttle as a short one does (the time scale of the cap's averaging). Its D is
-  the block's burst over the block and the idle; its g the block's own time, sustained over burst.
+  K lone GEMM bursts over those and the idle, its g the block's sustained time over them (the
+  block's own first runs when the file has no lone GEMM: for a long block they are already loaded).
 
 A mix's D is the GEMM's burst over the mix's burst, its g the mix's sustained time less N times its
 other kernel's own sustained time, over the GEMM's burst (``python validation/probe_power_comm.py
@@ -57,7 +58,6 @@ class GemmBlock:
     def __init__(self, torch: Any, dev: Any, k: int, idle_ms: int) -> None:
         self.torch, self.k, self.idle_s = torch, k, idle_ms * 1e-3
         self.gemm, _ = make_local(torch, "gemm_bf16_8192", dev)
-        self.pending: list[tuple[Any, Any]] = []
         self.spans: list[float] = []
 
     def __call__(self) -> None:
