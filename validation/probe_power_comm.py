@@ -11,8 +11,6 @@ Kernels (``--kernels``; the GEMM and the copy are :func:`calibration.power_bench
 * ``ag_256mib``, ``ar_256mib``: an all-gather into a 256 MiB output, an all-reduce of 256 MiB, alone;
 * ``mix_bf16_c<N>``: the GEMM, then N copies (the curve's mixes, again here);
 * ``mix_bf16_ag<N>``, ``mix_bf16_ar<N>``: the GEMM, then N all-gathers (all-reduces) on the same stream;
-* ``ovl_bf16_ag<N>``: the GEMM with N all-gathers beside it on another stream (FSDP2's overlap): its
-  window over the lone GEMM's burst, against the lone GEMM's own, says whether the overlap draws more;
 * ``blk<K>_i<N>``: K GEMMs, then N ms of idle GPU (:class:`GemmBlock`): at one D, whether a long idle
   stretch lowers the throttle as a short one does (the time scale of the cap's averaging). Its D is
   K lone GEMM bursts over those and the idle, its g the block's sustained time over them (the
@@ -85,20 +83,6 @@ def make(torch: Any, dist: Any, kind: str, dev: Any, world: int) -> Any:
             return lambda: dist.all_gather_into_tensor(out, inp)
         buf = torch.randn(MIB256, device=dev, dtype=torch.bfloat16)
         return lambda: dist.all_reduce(buf)
-    if kind.startswith("ovl_bf16_ag"):  # the GEMM and N all-gathers at once, the gathers on a stream of their own
-        n_ag = int(kind[len("ovl_bf16_ag"):])
-        gemm, _ = make_local(torch, "gemm_bf16_8192", dev)
-        gather = make(torch, dist, "ag_256mib", dev, world)
-        side = torch.cuda.Stream(device=dev)
-
-        def overlapped() -> None:
-            side.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(side):
-                for _ in range(n_ag):
-                    gather()
-            gemm()
-            torch.cuda.current_stream(dev).wait_stream(side)
-        return overlapped
     if kind.startswith("mix_bf16_"):
         other_kind, n = kind[len("mix_bf16_"):], 0
         for tag, name in (("c", "copy_256mib"), ("ag", "ag_256mib"), ("ar", "ar_256mib")):
@@ -231,10 +215,6 @@ def summarize(rows: list[dict[str, Any]]) -> list[str]:
             if ow is not None and mb and mw:
                 d = gemm_b / mb
                 g = (mw - int(n) * ow) / gemm_b
-        elif kind.startswith("ovl_") and gemm_b:  # the overlapped pair, burst and sustained, over the GEMM's burst
-            mb, mw = mean_of(kind, "burst_s"), mean_of(kind, "window_s")
-            if mb and mw:
-                d, g = gemm_b / mb, mw / gemm_b
         elif kind.startswith("blk"):  # the GEMM block's own sustained time over its burst
             bb, bw, idle = mean_of(kind, "block_burst_s"), mean_of(kind, "block_window_s"), mean_of(kind, "idle_ms")
             if gemm_b:  # a long block's first runs are already under load: K lone GEMM bursts instead
