@@ -96,7 +96,8 @@ class HostBand:
         """One line for the reports, around ``at_s`` (see :meth:`scaled`)."""
         lo, hi = self.scaled(mid_s, at_s)
         return (f"host band: {lo:.4g} to {hi:.4g} s on the fastest and the slowest of the {self.machines} hosts "
-                f"measured (x{self.lo_factor:.2f} to x{self.hi_factor:.2f} of the typical host's cost)")
+                f"of the host fit (x{self.lo_factor:.2f} to x{self.hi_factor:.2f} of the typical host's cost; other "
+                "hosts measured have run outside it: docs/multi_gpu.md)")
 
     def scaled(self, mid_s: float, at_s: float) -> tuple[float, float]:
         """The band around another estimate ``at_s`` of the same iteration (the simulated one),
