@@ -31,6 +31,15 @@ FLOW_SHOP_RUNTIMES = frozenset({"eager", "ddp", "dtensor_tp", "fsdp2_tp"})
 #: a prediction whose steps the GPU paces says so in a note, unless the profile's measured rank lag
 #: (calibration/rank_spread.py) already prices the runtime's slowest rank
 UNDER_PREDICTED_RUNTIMES = frozenset({"dtensor_tp", "fsdp2", "fsdp2_tp"})
+#: The share of a micro-batch's host work issued in its forward, for the runtimes whose host time is
+#: split per step rather than spread over their operators: measured with the GPU drained before each
+#: micro-batch (validation/probe_host_split.py, 4x H100, validation/host_split_h100_4gpu/host_split.jsonl;
+#: the median over its tiny and real shapes): FSDP2 0.42 (its fsdp2 and fsdp4 rows); a pipeline's stages
+#: take their runtime's without the pipeline, eager 0.44 (the 1gpu rows) and DTensor TP 0.49 (tp2, tp4).
+#: The GPU's own split is about 1:2 (0.33): Python issues a forward operator more slowly than the
+#: autograd engine a backward one. The flow-shop runtimes spread the line over their operators instead
+#: (:func:`issue_order`); the Megatron-style runtimes, not probed, keep the GPU's split.
+HOST_FORWARD_SHARE: dict[str, float] = {"fsdp2": 0.42, "eager_pp": 0.44, "dtensor_tp_pp": 0.49}
 
 
 def stage_head_tail(plan: StagePlan, head_tail: dict[str, float] | None) -> dict[str, float]:
@@ -159,11 +168,12 @@ def host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: floa
                  par: Parallelism | None = None) -> dict[str, float]:
     """A stage's host-time fields (StageCost) from the profile's table of its runtime, if any.
 
-    The per-layer host time of a micro-batch is split between its forward and backward as their
-    GPU compute is (an approximation: only the sum was measured); the per-iteration part goes with
-    the update. Where host and GPU work overlap, only the host's excess over the GPU's is added;
-    for the eager runtime without a pipeline, whose micro-batches start synchronised, the GPU's
-    idle time of the host-GPU flow shop (:func:`issue_flow_shop`, given the operators' ``prices``).
+    The per-layer host time of a micro-batch is split between its forward and backward as measured
+    for the runtime (:data:`HOST_FORWARD_SHARE`), else as their GPU compute is (an approximation);
+    the per-iteration part goes with the update. Where host and GPU work overlap, only the host's
+    excess over the GPU's is added; for the eager runtime without a pipeline, whose micro-batches
+    start synchronised, the GPU's idle time of the host-GPU flow shop (:func:`issue_flow_shop`,
+    given the operators' ``prices``).
     """
     table = getattr(model, "host_overhead", None)
     if plan.runtime is None or not table:
@@ -185,7 +195,8 @@ def host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: floa
     per_layer_s = entry["per_layer_s"] * lag
     per_mb = per_layer_s * (plan.encoders + sum(stage_head_tail(plan, head_tail).values()))
     total = fwd_s + bwd_s
-    host_f = per_mb * (fwd_s / total if total > 0 else 1 / 3)
+    share = HOST_FORWARD_SHARE.get(plan.runtime, fwd_s / total if total > 0 else 1 / 3)
+    host_f = per_mb * share
     host_b = per_mb - host_f
     checkpoint_s = float(entry.get("checkpoint_s", 0.0)) * lag if plan.issue_recompute else 0.0
     host_b += checkpoint_s * plan.encoders  # torch.utils.checkpoint's own work (issue_flow_shop)

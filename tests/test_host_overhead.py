@@ -858,3 +858,41 @@ def test_profile_host_factor_refuses_what_is_not_a_positive_number(value, messag
     with pytest.raises(ConfigError, match=message) as e:
         ProfileSpec(name="h100-sxm-bf16", host_factor=value)
     assert e.value.field == "profile.host_factor"
+
+
+def test_the_measured_forward_shares_are_the_probes_medians():
+    # validation/probe_host_split.py's rows (GPU drained before each micro-batch): the median forward
+    # share of each runtime's layouts, tiny and real shapes
+    import json
+    import statistics
+    from pathlib import Path
+
+    from trainsim.sim.host_time import HOST_FORWARD_SHARE
+
+    rows = [json.loads(x) for x in (Path(__file__).resolve().parents[1] / "validation" / "host_split_h100_4gpu"
+                                    / "host_split.jsonl").read_text().splitlines() if x]
+
+    def share(*layouts):
+        return statistics.median(r["split"]["fwd_s"] / (r["split"]["fwd_s"] + r["split"]["bwd_s"])
+                                 for r in rows if r["layout"] in layouts)
+
+    assert HOST_FORWARD_SHARE["fsdp2"] == pytest.approx(share("fsdp2", "fsdp4"), abs=0.005)
+    assert HOST_FORWARD_SHARE["eager_pp"] == pytest.approx(share("1gpu"), abs=0.005)
+    assert HOST_FORWARD_SHARE["dtensor_tp_pp"] == pytest.approx(share("tp2", "tp4"), abs=0.005)
+
+
+def test_a_measured_runtime_splits_its_host_work_as_measured_others_as_the_gpu():
+    from trainsim.sim.host_time import HOST_FORWARD_SHARE
+
+    model = ModelSpec("m", hidden=256, heads=4, layers=4, seq_len=128, vocab=50432)
+    fsdp = build_stage_plans(model, TrainingSpec(micro_batch=1, micro_batches=2, precision="bf16", recompute="none",
+                                                 framework="hf", zero_stage=3), Parallelism(dp=2))[0]
+    assert fsdp.runtime == "fsdp2"
+    prof = _Profile("overlapped")
+    prof.host_overhead = {"fsdp2": {"per_layer_s": 0.003, "per_iteration_s": 0.0, "overlap": "overlapped"}}
+    f = host_fields(prof, fsdp, fwd_s=0.002, bwd_s=0.004, mp_fwd=0.0, mp_bwd=0.0, update_s=0.0, notes=[])
+    assert f["host_fwd_s"] == pytest.approx(0.012 * HOST_FORWARD_SHARE["fsdp2"])
+    assert f["host_fwd_s"] + f["host_bwd_s"] == pytest.approx(0.012)
+    # 5.04 ms of forward issue against 2 ms of forward GPU work, 6.96 against 4 in the backward: both excesses show
+    assert f["host_fwd_extra_s"] == pytest.approx(0.012 * 0.42 - 0.002)
+    assert f["host_bwd_extra_s"] == pytest.approx(0.012 * 0.58 - 0.004)
