@@ -84,9 +84,12 @@ Under PyTorch-native parallelism (operators.hf_stages): tensor parallelism divid
 sharded parameters and the activations of the sharded operators by ``mp`` (the fp32
 residual input and the bf16 inputs of the two column-parallel linears, 8 of the 39 bytes,
 stay whole); a pipeline stage holds its own layers, and under 1F1B stage ``s`` keeps
-``min(pp - s, m)`` micro-batches in flight (GPipe: all m), and torch.distributed.pipelining adds
+``min(pp - s, m)`` micro-batches in flight (GPipe: all m; without a pipeline one, whatever the
+schedule), and torch.distributed.pipelining adds
 its receive buffers (one per micro-batch and direction received in, kept between iterations) and
-each in-flight micro-batch's stage output (the last stage: its bf16 logits) until its backward;
+each in-flight micro-batch's stage output (the last stage: its bf16 logits) until its backward; under
+GPipe the last stage's waiting micro-batches also keep their losses' fp32 log-probabilities (4 bytes
+per logit; measured: pp4 at four shapes on 4 H200s within 1 %, validation/unseen8_h200_4gpu_machineCM/);
 DDP keeps a second fp32 copy of the gradients in its buckets (``gradient_as_bucket_view=False``,
 the default) and a third while it rebuilds them in the second iteration, whatever the number of
 micro-batches; FSDP2 keeps 1/dp of the weights, gradients and optimizer states plus the unsharded
@@ -120,6 +123,8 @@ GIB = 2**30
 HF_LAYER_BYTES = 39.0
 HF_CHECKPOINT_BYTES = 4.0
 HF_LOSS_BYTES = 12.0
+HF_LOSS_SAVED_BYTES = 4.0  # of HF_LOSS_BYTES, what the loss saves for its backward: the fp32 log-probabilities
+HF_STAGE_LOGITS_BYTES = 2.0  # the last pipeline stage's output, its bf16 logits, kept for the backward
 # loss_parallel (tensor parallelism's vocabulary-sharded loss) computes the log-softmax unfused
 # (x - max, exp, log-sum-exp over the ranks): one more fp32 temporary per local logit at its peak
 # (measured on 2 H100s: 13.7 bytes per local logit over the LM head's output, against 9.9 on one GPU;
@@ -242,13 +247,15 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
     layer = (HF_LAYER_WHOLE_BYTES + (HF_LAYER_BYTES - HF_LAYER_WHOLE_BYTES) / mp) * u
     local_logits = b * l * v / mp if plan.role.has_head else 0.0
     logits = (HF_LOSS_BYTES + (HF_LOSS_PARALLEL_EXTRA_BYTES if mp > 1 else 0.0)) * local_logits
-    in_flight = min(par.pp - plan.index, m) if par.schedule is not Schedule.GPIPE else m
+    in_flight = _in_flight(par, plan, m)
     if training.recompute is Recompute.FULL:
         kept = in_flight * n * HF_CHECKPOINT_BYTES * u
         acts = kept + max(logits, layer + HF_LAYER_GRAD_BYTES * u)
     else:
         acts = in_flight * n * layer + logits
     acts += _pipelining_runtime_bytes(par, plan, m, in_flight, local_logits)
+    if plan.role.has_head:  # GPipe: the micro-batches waiting for their backward keep their losses' tensors
+        acts += (in_flight - 1) * (HF_LOSS_SAVED_BYTES + HF_STAGE_LOGITS_BYTES) * local_logits
     if plan.fsdp is not None:  # FSDP2: 1/dp of everything, plus what is unsharded at a time
         units = plan.fsdp
         layer_b, root_b = units.layer_shard * units.ranks * 2.0, units.root_shard * units.ranks * 2.0  # fp32 bytes
@@ -283,6 +290,15 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
                           not_together=min(4.0 * params, acts + casts) if m <= in_flight else 0.0)
 
 
+def _in_flight(par: Parallelism, plan: StagePlan, m: int) -> int:
+    """Micro-batches whose activations a stage holds at its peak: under 1F1B stage s starts pp - s
+    forwards before its first backward, under GPipe all m; without a pipeline (pp 1, whatever the
+    schedule) one: each micro-batch's backward follows its forward."""
+    if par.pp == 1:
+        return 1
+    return m if par.schedule is Schedule.GPIPE else min(par.pp - plan.index, m)
+
+
 def _pipelining_runtime_bytes(par: Parallelism, plan: StagePlan, m: int, in_flight: int,
                               local_logits: float) -> float:
     """What torch.distributed.pipelining holds beside the layers' saved tensors (measured on 2 H100s,
@@ -295,7 +311,7 @@ def _pipelining_runtime_bytes(par: Parallelism, plan: StagePlan, m: int, in_flig
         return 0.0
     message = 2.0 * plan.p2p_entries  # bytes of one micro-batch's activations as they cross (fp32)
     receives = (plan.index > 0) + (plan.index < par.pp - 1)
-    kept = 2.0 * local_logits if plan.role.has_head else in_flight * message
+    kept = HF_STAGE_LOGITS_BYTES * local_logits if plan.role.has_head else in_flight * message
     return m * receives * message + kept
 
 
@@ -326,15 +342,16 @@ def _megatron_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism,
     s = model.seq_len / cp
     layer = layer_activations(model, b, mp, cp, training.precision is Precision.FP8)
     n = plan.encoders
-    # 1F1B: stage s starts pp - s forwards before its first backward; GPipe runs all m first
-    in_flight = m if par.schedule is Schedule.GPIPE else min(par.pp - plan.index, m)
+    in_flight = _in_flight(par, plan, m)
     if training.recompute is Recompute.FULL:
         checkpoint = 2.0 * s * b * model.hidden / (mp if sp else 1)  # the layer's 16-bit input
         acts = in_flight * n * checkpoint + (layer.bytes(mp, sp) if n else 0.0)
     else:
         acts = in_flight * n * layer.bytes(mp, sp, training.recompute)
-    if plan.role.has_head:  # fp32 log-probabilities and their gradient over v/mp logits
-        acts += HF_LOSS_BYTES * b * s * padded_vocab(model.vocab, mp) / mp
+    if plan.role.has_head:  # fp32 log-probabilities and their gradient over v/mp logits; under GPipe the
+        # micro-batches waiting for their backward keep their log-probabilities (the saved softmax)
+        local = b * s * padded_vocab(model.vocab, mp) / mp
+        acts += (HF_LOSS_BYTES + (in_flight - 1) * HF_LOSS_SAVED_BYTES) * local
     weights, grads, optimizer = _megatron_states(model, training, par, plan)
     if training.grad_accumulation is GradAccumulation.AUTOGRAD:
         # the fp32 masters' .grad, made beside the 16-bit .grad once the backward is over: the step's
