@@ -63,10 +63,13 @@ def partition_encoders(layers: int, pp: int) -> tuple[int, ...]:
     counts = [base + (1 if s < extra else 0) for s in range(pp)]
     counts[0] -= BLOCKS_BEFORE
     counts[-1] -= BLOCKS_AFTER
-    if min(counts) < 1:
+    if min(counts) < 1:  # name the stages, not the arithmetic's counts (the last can go below zero)
+        empty = [s for s, c in enumerate(counts) if c < 1]
         raise ConfigError(
             "parallelism.pp",
-            f"{pp} stages for {layers} encoders leaves a stage with no encoder ({counts}); use fewer stages",
+            f"{pp} stages for {layers} encoders leaves stage{'s' if len(empty) > 1 else ''} "
+            f"{', '.join(map(str, empty))} with no encoder (the paper's split: {layers} + 5 pipeline blocks "
+            f"evenly, the first stage 2 fewer, the last 3 fewer); use fewer stages",
         )
     assert sum(counts) == layers
     return tuple(counts)

@@ -140,3 +140,12 @@ def test_bad_input_names_the_field(make, field):
     with pytest.raises(ConfigError) as e:
         make()
     assert e.value.field == field
+
+
+def test_a_stage_with_no_encoder_is_named_and_no_count_below_zero_is_printed():
+    from trainsim.operators.partition import partition_encoders
+
+    with pytest.raises(ConfigError) as e:
+        partition_encoders(44, 32)  # 49 blocks over 32 stages: the last keeps 1 - 3
+    msg = str(e.value)
+    assert "leaves stages 0, 31 with no encoder" in msg and "-2" not in msg and "[" not in msg
