@@ -4,7 +4,9 @@
 **Candidates.** Every layout with ``pp * mp * dp * cp`` equal to the scenario's GPU count (cp from
 the given degrees, default the scenario's), crossed with sequence parallelism (on, off or both),
 micro-batch sizes ``b`` and pipeline schedules (``1f1b``, ``gpipe``, ``interleaved-1f1b[:V]``;
-default the scenario's), always at the scenario's global batch: ``micro_batches = G / (b * dp)``
+default the scenario's; a one-stage layout once, under the first schedule listed that is not the
+interleaved one: without a pipeline they are the same iteration), always at the scenario's global batch:
+``micro_batches = G / (b * dp)``
 (a layout whose ``b * dp`` does not divide ``G`` is skipped with the reason). Layouts that the
 model or the cluster cannot take (heads not divisible by mp, more stages than layers, an
 interleaved schedule whose micro-batches are not a multiple of pp, ...) are kept with the reason.
@@ -160,10 +162,15 @@ def candidates(base: Scenario, *, pps: Sequence[int] | None = None, mps: Sequenc
     sp_choices = [par.sequence_parallel] if sps is None else list(dict.fromkeys(sps))
     grid = layouts(gpus, divisors(gpus) if pps is None else pps, divisors(gpus) if mps is None else mps,
                    [par.cp] if cps is None else cps)
+    # one stage has no pipeline to schedule: it is swept once, under the first schedule listed that is not
+    # the interleaved one (which needs pp > 1), or the first
+    one_stage = next((sv for sv in scheds if sv[0] is not Schedule.INTERLEAVED_1F1B), scheds[0])
     out: list[Candidate] = []
     for (pp, mp, dp, cp), sp, b, (sched, v) in itertools.product(grid, sp_choices, bs, scheds):
         if sp and mp == 1 and False in sp_choices:
             continue  # sequence parallelism over one MP rank is the layout without it
+        if pp == 1 and (sched, v) != one_stage:
+            continue  # the same layout under another schedule: the same iteration
         name = layout_name(pp, mp, dp, cp, sp and mp > 1)
         if len(bs) > 1:
             name += f" b={b}"

@@ -125,6 +125,16 @@ def test_candidates_keep_the_global_batch_and_name_the_swept_axes():
     assert candidates(sc, pps=[4], mps=[8])[0].name == "4-8-4"  # axes not swept stay out of the name
 
 
+def test_a_one_stage_layout_is_swept_once_whatever_the_schedules():
+    sc = _load("gpt20b-dgxh100", [])
+    cands = candidates(sc, pps=[1, 2], mps=[2], schedules=parse_schedules(["interleaved-1f1b:2", "gpipe", "1f1b"]))
+    one = [c for c in cands if c.pp == 1]
+    assert [(c.name, c.schedule.value) for c in one] == [("1-2-64 gpipe", "gpipe")]  # the interleaved one needs pp > 1
+    assert sorted(c.schedule.value for c in cands if c.pp == 2) == ["1f1b", "gpipe", "interleaved-1f1b"]
+    only_interleaved = candidates(sc, pps=[1], mps=[2], schedules=parse_schedules(["interleaved-1f1b:2"]))
+    assert len(only_interleaved) == 1  # kept, and skipped with its reason if the framework cannot take it
+
+
 def test_an_interleaved_schedule_that_the_layout_cannot_run_is_skipped_with_its_reason():
     sc = _load("gpt20b-dgxh100", [])
     # b = 32 at dp 4 leaves m = 2 micro-batches for 4 stages
