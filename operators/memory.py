@@ -254,8 +254,8 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
     else:
         acts = in_flight * n * layer + logits
     acts += _pipelining_runtime_bytes(par, plan, m, in_flight, local_logits)
-    if plan.role.has_head:  # GPipe: the micro-batches waiting for their backward keep their losses' tensors
-        acts += (in_flight - 1) * (HF_LOSS_SAVED_BYTES + HF_STAGE_LOGITS_BYTES) * local_logits
+    # GPipe: the last stage's micro-batches waiting for their backward keep their losses' saved tensors
+    acts += (in_flight - 1) * HF_LOSS_SAVED_BYTES * local_logits
     if plan.fsdp is not None:  # FSDP2: 1/dp of everything, plus what is unsharded at a time
         units = plan.fsdp
         layer_b, root_b = units.layer_shard * units.ranks * 2.0, units.root_shard * units.ranks * 2.0  # fp32 bytes
@@ -311,7 +311,7 @@ def _pipelining_runtime_bytes(par: Parallelism, plan: StagePlan, m: int, in_flig
         return 0.0
     message = 2.0 * plan.p2p_entries  # bytes of one micro-batch's activations as they cross (fp32)
     receives = (plan.index > 0) + (plan.index < par.pp - 1)
-    kept = HF_STAGE_LOGITS_BYTES * local_logits if plan.role.has_head else in_flight * message
+    kept = in_flight * (HF_STAGE_LOGITS_BYTES * local_logits if plan.role.has_head else message)
     return m * receives * message + kept
 
 

@@ -22,7 +22,13 @@ import argparse
 import bisect
 import collections
 import json
+import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from train_hf_parallel import kernel_category  # noqa: E402  (the trainer's own kernel categories)
 
 Interval = tuple[float, float]
 
@@ -49,17 +55,14 @@ CLASSES = ("gemm/attention", "other", "copy_out", "chunk_cat", "multi_tensor_app
 
 
 def kernel_class(name: str) -> str:
-    if "nccl" in name:
-        return "nccl"
-    if "nvjet" in name or "sdpa" in name or "gemm" in name.lower():
-        return "gemm/attention"
-    if "split_with_sizes" in name:
-        return "copy_out"
-    if "chunk_cat" in name:
-        return "chunk_cat"
-    if "multi_tensor_apply" in name:
-        return "multi_tensor_apply"
-    return "other"
+    """The trainer's kernel category (:func:`train_hf_parallel.kernel_category`), GEMM and attention
+    together and the collectives as one, with FSDP2's copies and ``multi_tensor_apply`` apart."""
+    for key, cls in (("split_with_sizes", "copy_out"), ("chunk_cat", "chunk_cat"),
+                     ("multi_tensor_apply", "multi_tensor_apply")):
+        if key in name:
+            return cls
+    cat = kernel_category(name)
+    return "nccl" if cat.startswith("nccl") else "gemm/attention" if cat in ("gemm", "attention") else "other"
 
 
 def gemms(kernels: list[list]) -> list[tuple[str, float, str]]:
