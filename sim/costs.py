@@ -277,12 +277,19 @@ def _compute_bound_s(p: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float], t
 
 def power_cap_shares(costs: IterationCosts, iteration_s: float) -> list[float]:
     """Per stage, the share of the iteration its GPUs spend in tensor-core work (every micro-batch's
-    ``compute_bound_s`` over the iteration): the D of calibration.power_cap's measured curve. The rest
-    of the iteration counts as the probe's other work, copies, whose power an idle GPU (the bubbles,
-    the host's gaps) does not draw: where a GPU idles much, the throttle is over-stated."""
+    ``compute_bound_s`` over the iteration): the D of calibration.power_cap's measured curve. The time
+    the compute is stretched by a collective beside it (``interference_in_steps_s``: FSDP2's gathers
+    and reduce-scatters, CP's K/V sends) counts as tensor-core work too: the GEMM is still running
+    then, with the collective drawing power beside it, so that stretch is no lighter than the GEMM
+    alone (machine AW's FSDP2 timelines: the GEMMs that run alone are as throttled as one GPU's,
+    ×1.003, docs/efficiency.md). DDP's overlapped buckets stretch the compute only in the simulation,
+    not in the closed form this share is taken over, so they do not dilute it either. The rest of the
+    iteration counts as the probe's other work, copies, whose power an idle GPU (the bubbles, the
+    host's gaps) does not draw: where a GPU idles much, the throttle is over-stated."""
     if not (iteration_s > 0):
         return [0.0] * len(costs.stages)
-    return [min(1.0, costs.micro_batches * s.compute_bound_s / iteration_s) for s in costs.stages]
+    return [min(1.0, costs.micro_batches * (s.compute_bound_s + s.interference_in_steps_s) / iteration_s)
+            for s in costs.stages]
 
 
 def _sustained(fwd: dict[Op, float], bwd: dict[Op, float], tc: TensorCoreSeconds, cap: _PowerCap,

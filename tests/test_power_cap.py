@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -181,6 +182,21 @@ def test_power_cap_slows_only_tensor_core_work_by_the_measured_factor():
     for b, d in zip(on.stages, final, strict=True):
         assert b.power_cap_factor == pytest.approx(CAP.factor("bf16", d), abs=2e-3)
     assert any("power cap (toy" in n for n in on.notes) and not any("power cap" in n for n in off.notes)
+
+
+def test_a_collectives_stretch_of_the_compute_counts_as_tensor_core_work():
+    # FSDP2's gathers beside the GEMMs stretch them (interference_in_steps_s, per micro-batch); the GEMM
+    # runs through that stretch with the collective beside it, so the share counts it with the GEMM's
+    # own tensor-core seconds: m * (compute_bound_s + stretch) / T, by hand
+    off = _costs(LOW)
+    m = off.micro_batches
+    stretched = dataclasses.replace(off, stages=tuple(dataclasses.replace(s, interference_in_steps_s=0.01 * (i + 1))
+                                                      for i, s in enumerate(off.stages)))
+    t = 2.0 * eq7(off).iteration_s
+    for s, d0, d in zip(off.stages, power_cap_shares(off, t), power_cap_shares(stretched, t), strict=True):
+        assert d0 == pytest.approx(m * s.compute_bound_s / t, rel=1e-12)
+        assert d == pytest.approx(m * (s.compute_bound_s + 0.01 * (s.index + 1)) / t, rel=1e-12)
+    assert power_cap_shares(stretched, 1e-9) == [1.0] * len(off.stages)  # a share, never above 1
 
 
 def test_build_costs_prices_the_jobs_slowest_gpu():
