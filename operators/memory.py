@@ -92,9 +92,13 @@ GPipe the last stage's waiting micro-batches also keep their losses' fp32 log-pr
 per logit; measured: pp4 at four shapes on 4 H200s within 1 %, validation/unseen8_h200_4gpu_machineCM/);
 DDP keeps a second fp32 copy of the gradients in its buckets (``gradient_as_bucket_view=False``,
 the default) and a third while it rebuilds them in the second iteration, whatever the number of
-micro-batches; FSDP2 keeps 1/dp of the weights, gradients and optimizer states plus the unsharded
-fp32 parameters of the layer computing, the one prefetched and the root, and one layer's
-unsharded gradients.
+micro-batches; FSDP2 keeps 1/dp of the weights, gradients and optimizer states, the root's unsharded
+fp32 parameters and every layer's bf16 copies (autocast's, saved by its linears until its backward:
+resharding frees the gathered fp32 weights, not them), and peaks at the larger of two moments: the
+loss's backward (the logits, the head's bf16 copy, the last layer gathered for its backward) and a
+layer's backward (that layer and the one prefetched gathered, the head's fp32 gradient until the
+root's reduce-scatter). Measured on 2 and 4 H200s (validation/unseen9_h200_2gpu_machineCN/, held
+out): FSDP2 at nine shapes within 1.5 %.
 """
 
 from __future__ import annotations
@@ -259,13 +263,25 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
     if plan.fsdp is not None:  # FSDP2: 1/dp of everything, plus what is unsharded at a time
         units = plan.fsdp
         layer_b, root_b = units.layer_shard * units.ranks * 2.0, units.root_shard * units.ranks * 2.0  # fp32 bytes
-        live = 2 * layer_b + root_b  # the layer computing, the one prefetched, the root (not resharded)
-        return MemoryEstimate(weights=4.0 * params / units.ranks + live
-                              + 2.0 * _linear_params(model, min(2, n), v, mp, plan.role.has_head),
-                              grads=4.0 * params / units.ranks + layer_b, optimizer=8.0 * params / units.ranks,
+        shard = params / units.ranks
+        # Resharding after a layer's forward frees its gathered fp32 weights, not the bf16 copies autocast
+        # made of them: the layer's linears saved those for their backward, so every layer's stay until
+        # its backward, as without FSDP2 (below).
+        casts = 2.0 * _linear_params(model, n, v, mp, False)
+        head_cast = 2.0 * _linear_params(model, 0, v, mp, plan.role.has_head)
+        # the LM head's unsharded fp32 gradient, from its backward until the root's reduce-scatter at
+        # the end of the backward
+        head_grad = 4.0 * _linear_params(model, 0, v, mp, plan.role.has_head)
+        # The peak is one of two moments: the loss's backward (every activation with the logits, the
+        # head's bf16 copy, one layer gathered: the last, prefetched for its backward) or a layer's
+        # backward (that layer and the one prefetched gathered, the head's gradient, the logits and
+        # the head's copy freed). The estimate is the union of both less what the larger lacks.
+        moments_apart = min(layer_b + head_grad, head_cast + logits)
+        return MemoryEstimate(weights=4.0 * shard + root_b + 2 * layer_b + casts + head_cast,
+                              grads=4.0 * shard + head_grad, optimizer=8.0 * shard,
                               activations=acts, stage=plan.index,
                               # one micro-batch: its backward creates the sharded gradients (as below)
-                              not_together=min(4.0 * params / units.ranks, acts) if m <= in_flight else 0.0)
+                              not_together=moments_apart + (min(4.0 * shard, acts) if m <= in_flight else 0.0))
     # DDP: its reducer's bucket is a second fp32 copy, and in the second iteration, when DDP rebuilds
     # its buckets in the order the first backward produced the gradients, a third is live at the
     # peak: +8 bytes per parameter over one GPU at every m (m = 4 on 2 and 4 H100s, three shapes; m = 1

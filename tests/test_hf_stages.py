@@ -318,18 +318,35 @@ def test_one_micro_batchs_peak_holds_the_weights_casts_or_the_gradients_not_both
 
 
 def test_fsdp_memory_is_a_shard_plus_the_live_units():
+    from trainsim.operators.memory import HF_LOSS_BYTES, _linear_params
+    from trainsim.operators.partition import padded_vocab
+
     tr = _tr(b=4, m=4, zero_stage=3)
     ddp_tr = _tr(b=4, m=4)
     par = Parallelism(dp=4)
-    fsdp = memory_per_gpu(MODEL, tr, par, build_stage_plans(MODEL, tr, par))
+    (p,) = build_stage_plans(MODEL, tr, par)
+    fsdp = memory_per_gpu(MODEL, tr, par, (p,))
     ddp = memory_per_gpu(MODEL, ddp_tr, par, build_stage_plans(MODEL, ddp_tr, par))
     assert fsdp.optimizer == pytest.approx(ddp.optimizer / 4)
     assert fsdp.total < ddp.total
-    assert fsdp.not_together == 0.0  # accumulating micro-batches: the sharded gradients meet the last one
+    # by hand: 16 bytes a parameter over the 4 ranks, the root gathered (fp32), every layer's bf16 copies
+    # (autocast's, held by the linears until their backward), and the larger of the two moments: the
+    # loss's backward (the head's bf16 copy, the last layer gathered, every activation with the logits)
+    # and a layer's backward (two layers gathered, the head's fp32 gradient, no logits)
+    u, v = p.fsdp, padded_vocab(V, 1)
+    layer_b, root_b = 2.0 * u.layer_shard * u.ranks, 2.0 * u.root_shard * u.ranks
+    head = float(v * D)
+    logits = HF_LOSS_BYTES * 4 * S * v
+    at_loss = 2.0 * head + layer_b + fsdp.activations
+    at_layer = 2.0 * layer_b + 4.0 * head + fsdp.activations - logits
+    shared = 16.0 * p.params / 4 + root_b + 2.0 * _linear_params(MODEL, L, v, 1, False)
+    assert fsdp.total == pytest.approx(shared + max(at_loss, at_layer), rel=1e-12)
+    assert fsdp.not_together == pytest.approx(min(layer_b + 4.0 * head, 2.0 * head + logits), rel=1e-12)
     # one micro-batch: its backward creates the sharded gradients, so at its start (the peak, every
     # activation live) there are none (fp32, 1/dp of the parameters), as without FSDP
     tr1 = _tr(b=4, m=1, zero_stage=3)
     (p1,) = build_stage_plans(MODEL, tr1, par)
     one = memory_per_gpu(MODEL, tr1, par, (p1,))
-    assert one.not_together == pytest.approx(min(4.0 * p1.params / 4, one.activations))
+    assert one.total == pytest.approx(shared + max(at_loss, at_layer) - min(4.0 * p1.params / 4, one.activations),
+                                      rel=1e-12)
     assert one.total == pytest.approx(one.weights + one.grads + one.optimizer + one.activations - one.not_together)

@@ -188,7 +188,8 @@ def test_hf_pipelined_rows_of_the_tables_match_once_the_old_trainers_leak_is_add
 def test_hf_peak_memory_meets_every_row_of_the_h200_tables_measured_with_the_fixed_trainer():
     # 2026-11-26, 2x and 4x H200 (validation/hf_parallel_h200_{2,4}gpu): every 1-, 2- and 4-GPU layout
     # at d2048-L8 and d3072-L8, measured after the pipeline trainer's leak was fixed. Measured: MAPE
-    # 1.0 % (2 GPUs) and 1.7 % (4 GPUs), worst pp2xtp2 d3072-L8 at -5.8 %; never over.
+    # 0.5 % (2 GPUs) and 1.3 % (4 GPUs), worst pp2xtp2 d3072-L8 at -5.8 %; over only fsdp2xtp2, by 0.1 and
+    # 1.6 % (before FSDP2's bf16 copies of every layer were counted: 1.0 and 1.7 %, never over).
     import csv
     from pathlib import Path
 
@@ -206,7 +207,7 @@ def test_hf_peak_memory_meets_every_row_of_the_h200_tables_measured_with_the_fix
                         for p in build_stage_plans(sc.model, sc.training, sc.parallelism)]
             errs.append(max(per_rank) / GIB / float(row["max_mem_gib"]) - 1)
     assert len(errs) == 24
-    assert all(-0.065 < e < 0.0 for e in errs), errs
+    assert all(-0.065 < e < 0.02 for e in errs), errs
     assert sum(abs(e) for e in errs) / len(errs) < 0.02
 
 
@@ -254,3 +255,27 @@ def test_hf_gpipe_peaks_meet_the_measured_rows():
         peak = max(memory_per_gpu(sc.model, sc.training, sc.parallelism, p).total
                    for p in build_stage_plans(sc.model, sc.training, sc.parallelism))
         assert abs(peak / GIB / float(row["max_mem_gib"]) - 1) < 0.01
+
+
+def test_hf_fsdp2_peaks_meet_the_measured_rows():
+    # machine CN (2x H200, 2026-11-28): FSDP2 at the ninth draw's nine shapes, measured before every
+    # layer's bf16 copies and the two moments of the backward were counted (then -7.9 to +8.4 %, MAPE
+    # 4.8 %; now within 1.5 %, MAPE 0.6 %)
+    import csv
+    from pathlib import Path
+
+    from trainsim.scenarios.compare_multi import scenario_mapping
+    from trainsim.scenarios.schema import scenario_from_mapping
+
+    path = Path(__file__).resolve().parents[1] / "validation" / "unseen9_h200_2gpu_machineCN" / "measured_hf_parallel.csv"
+    with open(path, newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["layout"] == "fsdp2"]
+    assert len(rows) == 9
+    errors = []
+    for row in rows:
+        sc = scenario_from_mapping(scenario_mapping("hf", row, "h200-sxm-bf16", "hgx-h200"), name="row")
+        (plan,) = build_stage_plans(sc.model, sc.training, sc.parallelism)
+        errors.append(memory_per_gpu(sc.model, sc.training, sc.parallelism, (plan,)).total / GIB
+                      / float(row["max_mem_gib"]) - 1)
+    assert max(abs(e) for e in errors) < 0.015
+    assert sum(abs(e) for e in errors) / len(errors) < 0.008
