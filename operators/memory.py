@@ -90,6 +90,10 @@ its receive buffers (one per micro-batch and direction received in, kept between
 each in-flight micro-batch's stage output (the last stage: its bf16 logits) until its backward; under
 GPipe the last stage's waiting micro-batches also keep their losses' fp32 log-probabilities (4 bytes
 per logit; measured: pp4 at four shapes on 4 H200s within 1 %, validation/unseen8_h200_4gpu_machineCM/);
+the runtime's step runs under one autocast, so every bf16 copy lives to its end, and each micro-batch's
+backward after a stage's first holds its linears' bf16 weight gradients (2 bytes a parameter) to its end,
+the embedding's dense fp32 gradient as well: with few activations (b = 1) the peak is the end of such a
+backward (validation/memory_timeline_h200_2gpu_machineCP/);
 DDP keeps a second fp32 copy of the gradients in its buckets (``gradient_as_bucket_view=False``,
 the default) and a third while it rebuilds them in the second iteration, whatever the number of
 micro-batches; FSDP2 keeps 1/dp of the weights, gradients and optimizer states, the root's unsharded
@@ -301,9 +305,29 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
     # The bf16 copies autocast makes of the linears' weights are held by the graph's saved tensors
     # until each layer's backward: gone with the activations before the gradients are all there.
     casts = 2.0 * _linear_params(model, n, v, mp, plan.role.has_head)
-    return MemoryEstimate(weights=4.0 * params + casts,
-                          grads=grads, optimizer=8.0 * params, activations=acts, stage=plan.index,
-                          not_together=min(4.0 * params, acts + casts) if m <= in_flight else 0.0)
+    weights, not_together = 4.0 * params + casts, min(4.0 * params, acts + casts) if m <= in_flight else 0.0
+    if par.pp > 1 and m > 1:
+        # torch.distributed.pipelining runs the whole step under one autocast, whose cache keeps each
+        # bf16 copy for every micro-batch; a later micro-batch's backward leaves each linear's bf16
+        # weight gradient (2 bytes a parameter) until that backward ends, beside the fp32 gradients and
+        # the copies (validation/memory_timeline_h200_2gpu_machineCP/: per layer +2 bytes a parameter in
+        # every backward after the stage's first, at two shapes). A second moment of the peak, then:
+        # the end of such a backward, with the other in-flight micro-batches' activations only.
+        held = 2.0 * _linear_params(model, n, v, mp, plan.role.has_head)
+        # after the second micro-batch's backward (the first that holds them, and the one with the most
+        # others still in flight: the forwards ahead of it, in_flight of them from the warm-up, less two)
+        others = max(0, min(m, 1 + in_flight) - 2)
+        # the embedding's backward, last in the stage's, makes its dense fp32 gradient (V x d) before
+        # adding it to the one the first micro-batch left (machine CP: +0.9-1.2 GiB there at d4992)
+        dense = 4.0 * v * d if plan.role.has_embedding else 0.0
+        at_end = (weights + grads + held + dense + 8.0 * params + others * n * layer
+                  + _pipelining_runtime_bytes(par, plan, m, others, local_logits)
+                  + others * HF_LOSS_SAVED_BYTES * local_logits)
+        union = weights + grads + held + dense + 8.0 * params + acts
+        not_together = union - max(union - held - dense - not_together, at_end)
+        grads += held + dense
+    return MemoryEstimate(weights=weights, grads=grads, optimizer=8.0 * params, activations=acts,
+                          stage=plan.index, not_together=not_together)
 
 
 def _in_flight(par: Parallelism, plan: StagePlan, m: int) -> int:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from trainsim.operators import ModelSpec, Parallelism, TrainingSpec, build_stage_plans
-from trainsim.operators.memory import GIB, memory_per_gpu
+from trainsim.operators.memory import GIB, _linear_params, memory_per_gpu
 
 TINY = ModelSpec("tiny", hidden=64, heads=4, layers=2, seq_len=32, vocab=256, attention="flash")
 
@@ -103,16 +105,33 @@ def test_hf_pipelined_stages_hold_receive_buffers_and_their_outputs_by_hand():
         else:
             kept = in_flight * msg  # its outputs, kept for their backward
         assert e.activations == in_flight * p.encoders * layer + 6 * receives * msg + kept
-        assert e.not_together == 0  # m = 6 > every stage's warm-up: gradients exist at the peak
+        # m = 6 > every stage's warm-up: gradients exist at the peak; what it lacks is only the bf16
+        # weight gradients a later micro-batch's backward holds to its end (counted in grads)
+        # (and, on the first stage, the embedding's dense fp32 gradient as that backward ends)
+        held = 2.0 * _linear_params(model, p.encoders, 256, 1, p.role.has_head) + 4.0 * 256 * 64 * (p.index == 0)
+        assert e.not_together == pytest.approx(held, rel=1e-12) and e.grads == pytest.approx(4.0 * p.params + held)
 
 
 def test_hf_pipeline_with_no_more_micro_batches_than_its_warm_up_peaks_before_the_gradients():
     model = ModelSpec("tiny4", hidden=64, heads=4, layers=4, seq_len=32, vocab=256, attention="flash")
-    tr = TrainingSpec(micro_batch=2, micro_batches=2, framework="hf", precision="bf16", recompute="none")
     par = Parallelism(pp=2)
-    first, last = (memory_per_gpu(model, tr, par, p) for p in build_stage_plans(model, tr, par))
-    assert first.not_together == min(first.grads, first.activations) > 0  # F0 F1 before B0
-    assert last.not_together == 0  # the last stage runs B0 after F0 alone
+    for seq, peak_at_end in ((32, True), (256, False)):
+        tr = TrainingSpec(micro_batch=2, micro_batches=2, framework="hf", precision="bf16", recompute="none")
+        m = dataclasses.replace(model, seq_len=seq)
+        plans = build_stage_plans(m, tr, par)
+        first, last = (memory_per_gpu(m, tr, par, p) for p in plans)
+        p0 = plans[0]
+        casts = 2.0 * _linear_params(m, p0.encoders, 256, 1, False)
+        held = casts + 4.0 * 256 * 64  # B1's bf16 weight gradients and the embedding's dense one at its end
+        # F0 F1 before B0: every activation, no gradients yet; B1's end: the gradients, what it holds, and
+        # the gradient receive buffers (two micro-batches of 2 x seq x 64 fp32 values)
+        before = 4.0 * p0.params + casts + 8.0 * p0.params + first.activations \
+            + 4.0 * p0.params - min(4.0 * p0.params, first.activations + casts)
+        at_end = 4.0 * p0.params + casts + 4.0 * p0.params + held + 8.0 * p0.params + 2 * 4 * 2 * seq * 64
+        assert first.total == pytest.approx(max(before, at_end), rel=1e-12)
+        assert (at_end > before) is peak_at_end
+        held_last = 2.0 * _linear_params(m, plans[1].encoders, 256, 1, True)
+        assert last.not_together == pytest.approx(held_last)  # the last stage runs B0 after F0 alone
 
 
 def test_hf_pipelined_and_tensor_parallel_peaks_against_the_probe():
@@ -267,7 +286,8 @@ def test_hf_fsdp2_peaks_meet_the_measured_rows():
     from trainsim.scenarios.compare_multi import scenario_mapping
     from trainsim.scenarios.schema import scenario_from_mapping
 
-    path = Path(__file__).resolve().parents[1] / "validation" / "unseen9_h200_2gpu_machineCN" / "measured_hf_parallel.csv"
+    path = (Path(__file__).resolve().parents[1] / "validation" / "unseen9_h200_2gpu_machineCN"
+            / "measured_hf_parallel.csv")
     with open(path, newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["layout"] == "fsdp2"]
     assert len(rows) == 9
@@ -279,3 +299,35 @@ def test_hf_fsdp2_peaks_meet_the_measured_rows():
                       / float(row["max_mem_gib"]) - 1)
     assert max(abs(e) for e in errors) < 0.015
     assert sum(abs(e) for e in errors) / len(errors) < 0.008
+
+
+def test_pipelined_stages_hold_the_bf16_weight_gradients_of_a_later_backward():
+    # machine CP (2x H200): pp2 at unseen8's v09 (d4992, 7 layers, b1, s512, m3), each rank's memory at
+    # every layer's backward (validation/memory_timeline_h200_2gpu_machineCP/). A later micro-batch's
+    # backward adds per layer its linears' bf16 weight gradients (2 bytes a parameter) less the layer's
+    # activations; the first creates the fp32 gradients instead (4 bytes)
+    import csv
+    import json
+    from pathlib import Path
+
+    from trainsim.scenarios.compare_multi import scenario_mapping
+    from trainsim.scenarios.schema import scenario_from_mapping
+
+    val = Path(__file__).resolve().parents[1] / "validation"
+    lines = [json.loads(x) for x in open(val / "memory_timeline_h200_2gpu_machineCP" / "memory_timeline.jsonl")]
+    last = next(r for r in lines if r["layout"] == "pp2" and r["shape"] == "v09" and r["rank"] == 1)
+    ends = [e[1] for e in last["events"] if e[0] == "B< GPTNeoXLayer"]
+    assert len(ends) == 12  # three micro-batches, four layers
+    with open(val / "unseen8_h200_2gpu_machineCI" / "measured_hf_parallel.csv", newline="") as fh:
+        row = next(r for r in csv.DictReader(fh) if r["layout"] == "pp2" and r["name"] == "v09")
+    sc = scenario_from_mapping(scenario_mapping("hf", row, "h200-sxm-bf16", "hgx-h200"), name="row")
+    v = 50432
+    per_layer = 2.0 * _linear_params(sc.model, 1, v, 1, False) / GIB  # 0.557 GiB
+    for k in (1, 2):  # the second and third micro-batches' backward: per layer, within the activations freed
+        steps = [b - a for a, b in zip(ends[4 * k: 4 * k + 4], ends[4 * k + 1: 4 * k + 4], strict=False)]
+        assert all(per_layer - 0.1 < x < per_layer for x in steps), steps
+    plans = build_stage_plans(sc.model, sc.training, sc.parallelism)
+    first, second = (memory_per_gpu(sc.model, sc.training, sc.parallelism, p).total / GIB for p in plans)
+    first_rank = next(r for r in lines if r["layout"] == "pp2" and r["shape"] == "v09" and r["rank"] == 0)
+    assert abs(first / first_rank["peak_gib"] - 1) < 0.01  # the embedding's dense gradient at its backward
+    assert abs(second / ends[-1] - 1) < 0.01  # the end of the last backward (the peak comes 0.9 GiB later)
