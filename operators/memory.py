@@ -92,8 +92,9 @@ GPipe the last stage's waiting micro-batches also keep their losses' fp32 log-pr
 per logit; measured: pp4 at four shapes on 4 H200s within 1 %, validation/unseen8_h200_4gpu_machineCM/);
 the runtime's step runs under one autocast, so every bf16 copy lives to its end, and each micro-batch's
 backward after a stage's first holds its linears' bf16 weight gradients (2 bytes a parameter) to its end,
-the embedding's dense fp32 gradient as well: with few activations (b = 1) the peak is the end of such a
-backward (validation/memory_timeline_h200_2gpu_machineCP/);
+where they are made fp32 one weight at a time (the largest, V x d, of the LM head or the embedding's
+dense gradient): with few activations (b = 1) the peak is the end of such a backward
+(validation/memory_timeline_h200_2gpu_machineCP/);
 DDP keeps a second fp32 copy of the gradients in its buckets (``gradient_as_bucket_view=False``,
 the default) and a third while it rebuilds them in the second iteration, whatever the number of
 micro-batches; FSDP2 keeps 1/dp of the weights, gradients and optimizer states, the root's unsharded
@@ -317,9 +318,12 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
         # after the second micro-batch's backward (the first that holds them, and the one with the most
         # others still in flight: the forwards ahead of it, in_flight of them from the warm-up, less two)
         others = max(0, min(m, 1 + in_flight) - 2)
-        # the embedding's backward, last in the stage's, makes its dense fp32 gradient (V x d) before
-        # adding it to the one the first micro-batch left (machine CP: +0.9-1.2 GiB there at d4992)
-        dense = 4.0 * v * d if plan.role.has_embedding else 0.0
+        # As that backward ends, one weight's gradient at a time is made fp32 before it is added to the
+        # one the first micro-batch left: the embedding's dense gradient (V x d), or a held bf16 one
+        # cast up, the largest the LM head's (machine CP at d4992: +1.2 GiB on the first stage, +0.9 GiB
+        # on the last, both after the last layer's backward)
+        largest = v * d / mp if plan.role.has_head else model.ffn * d / mp
+        dense = 4.0 * max(v * d if plan.role.has_embedding else 0.0, largest)
         at_end = (weights + grads + held + dense + 8.0 * params + others * n * layer
                   + _pipelining_runtime_bytes(par, plan, m, others, local_logits)
                   + others * HF_LOSS_SAVED_BYTES * local_logits)

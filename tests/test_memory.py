@@ -107,8 +107,9 @@ def test_hf_pipelined_stages_hold_receive_buffers_and_their_outputs_by_hand():
         assert e.activations == in_flight * p.encoders * layer + 6 * receives * msg + kept
         # m = 6 > every stage's warm-up: gradients exist at the peak; what it lacks is only the bf16
         # weight gradients a later micro-batch's backward holds to its end (counted in grads)
-        # (and, on the first stage, the embedding's dense fp32 gradient as that backward ends)
-        held = 2.0 * _linear_params(model, p.encoders, 256, 1, p.role.has_head) + 4.0 * 256 * 64 * (p.index == 0)
+        # (and as that backward ends one weight's fp32 gradient: the embedding's dense one, the LM head's or
+        # an MLP matrix's, all 256 x 64 here)
+        held = 2.0 * _linear_params(model, p.encoders, 256, 1, p.role.has_head) + 4.0 * 256 * 64
         assert e.not_together == pytest.approx(held, rel=1e-12) and e.grads == pytest.approx(4.0 * p.params + held)
 
 
@@ -130,7 +131,7 @@ def test_hf_pipeline_with_no_more_micro_batches_than_its_warm_up_peaks_before_th
         at_end = 4.0 * p0.params + casts + 4.0 * p0.params + held + 8.0 * p0.params + 2 * 4 * 2 * seq * 64
         assert first.total == pytest.approx(max(before, at_end), rel=1e-12)
         assert (at_end > before) is peak_at_end
-        held_last = 2.0 * _linear_params(m, plans[1].encoders, 256, 1, True)
+        held_last = 2.0 * _linear_params(m, plans[1].encoders, 256, 1, True) + 4.0 * 256 * 64  # the head's fp32 one
         assert last.not_together == pytest.approx(held_last)  # the last stage runs B0 after F0 alone
 
 
@@ -305,7 +306,8 @@ def test_pipelined_stages_hold_the_bf16_weight_gradients_of_a_later_backward():
     # machine CP (2x H200): pp2 at unseen8's v09 (d4992, 7 layers, b1, s512, m3), each rank's memory at
     # every layer's backward (validation/memory_timeline_h200_2gpu_machineCP/). A later micro-batch's
     # backward adds per layer its linears' bf16 weight gradients (2 bytes a parameter) less the layer's
-    # activations; the first creates the fp32 gradients instead (4 bytes)
+    # activations; the first creates the fp32 gradients instead (4 bytes). Both stages peak as the last
+    # backward ends, one weight's fp32 gradient (V x d: the embedding's, the LM head's) above it
     import csv
     import json
     from pathlib import Path
@@ -330,4 +332,4 @@ def test_pipelined_stages_hold_the_bf16_weight_gradients_of_a_later_backward():
     first, second = (memory_per_gpu(sc.model, sc.training, sc.parallelism, p).total / GIB for p in plans)
     first_rank = next(r for r in lines if r["layout"] == "pp2" and r["shape"] == "v09" and r["rank"] == 0)
     assert abs(first / first_rank["peak_gib"] - 1) < 0.01  # the embedding's dense gradient at its backward
-    assert abs(second / ends[-1] - 1) < 0.01  # the end of the last backward (the peak comes 0.9 GiB later)
+    assert abs(second / last["peak_gib"] - 1) < 0.01  # the LM head's fp32 gradient, 0.9 GiB after the last layer
