@@ -279,14 +279,17 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
         head_grad = 4.0 * _linear_params(model, 0, v, mp, plan.role.has_head)
         # The peak is one of two moments: the loss's backward (every activation with the logits, the
         # head's bf16 copy, one layer gathered: the last, prefetched for its backward) or a layer's
-        # backward (that layer and the one prefetched gathered, the head's gradient, the logits and
-        # the head's copy freed). The estimate is the union of both less what the larger lacks.
-        moments_apart = min(layer_b + head_grad, head_cast + logits)
+        # backward (that layer and the one prefetched gathered, the layer's unsharded fp32 gradient
+        # until its reduce-scatter, the head's gradient; the logits and the head's copy freed). The
+        # estimate is the union of both less what the larger lacks.
+        moments_apart = min(2 * layer_b + head_grad, head_cast + logits)
+        # With one micro-batch the sharded gradients do not exist at either moment: each layer's appears
+        # only as its reduce-scatter ends, after the layers that peak (machine CP's timelines at b = 1:
+        # the peak in the second layer's backward, 23.9-24.3 GiB of 24.3 without them).
         return MemoryEstimate(weights=4.0 * shard + root_b + 2 * layer_b + casts + head_cast,
-                              grads=4.0 * shard + head_grad, optimizer=8.0 * shard,
+                              grads=4.0 * shard + layer_b + head_grad, optimizer=8.0 * shard,
                               activations=acts, stage=plan.index,
-                              # one micro-batch: its backward creates the sharded gradients (as below)
-                              not_together=moments_apart + (min(4.0 * shard, acts) if m <= in_flight else 0.0))
+                              not_together=moments_apart + (4.0 * shard if m <= in_flight else 0.0))
     # DDP: its reducer's bucket is a second fp32 copy, and in the second iteration, when DDP rebuilds
     # its buckets in the order the first backward produced the gradients, a third is live at the
     # peak: +8 bytes per parameter over one GPU at every m (m = 4 on 2 and 4 H100s, three shapes; m = 1

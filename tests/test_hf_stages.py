@@ -332,21 +332,21 @@ def test_fsdp_memory_is_a_shard_plus_the_live_units():
     # by hand: 16 bytes a parameter over the 4 ranks, the root gathered (fp32), every layer's bf16 copies
     # (autocast's, held by the linears until their backward), and the larger of the two moments: the
     # loss's backward (the head's bf16 copy, the last layer gathered, every activation with the logits)
-    # and a layer's backward (two layers gathered, the head's fp32 gradient, no logits)
+    # and a layer's backward (two layers gathered and the layer's unsharded gradient, the head's fp32
+    # gradient, no logits)
     u, v = p.fsdp, padded_vocab(V, 1)
     layer_b, root_b = 2.0 * u.layer_shard * u.ranks, 2.0 * u.root_shard * u.ranks
     head = float(v * D)
     logits = HF_LOSS_BYTES * 4 * S * v
     at_loss = 2.0 * head + layer_b + fsdp.activations
-    at_layer = 2.0 * layer_b + 4.0 * head + fsdp.activations - logits
+    at_layer = 3.0 * layer_b + 4.0 * head + fsdp.activations - logits
     shared = 16.0 * p.params / 4 + root_b + 2.0 * _linear_params(MODEL, L, v, 1, False)
     assert fsdp.total == pytest.approx(shared + max(at_loss, at_layer), rel=1e-12)
-    assert fsdp.not_together == pytest.approx(min(layer_b + 4.0 * head, 2.0 * head + logits), rel=1e-12)
-    # one micro-batch: its backward creates the sharded gradients, so at its start (the peak, every
-    # activation live) there are none (fp32, 1/dp of the parameters), as without FSDP
+    assert fsdp.not_together == pytest.approx(min(2.0 * layer_b + 4.0 * head, 2.0 * head + logits), rel=1e-12)
+    # one micro-batch: each layer's sharded gradient appears only as its reduce-scatter ends, so neither
+    # moment has any (fp32, 1/dp of the parameters), however few the activations
     tr1 = _tr(b=4, m=1, zero_stage=3)
     (p1,) = build_stage_plans(MODEL, tr1, par)
     one = memory_per_gpu(MODEL, tr1, par, (p1,))
-    assert one.total == pytest.approx(shared + max(at_loss, at_layer) - min(4.0 * p1.params / 4, one.activations),
-                                      rel=1e-12)
+    assert one.total == pytest.approx(shared + max(at_loss, at_layer) - 4.0 * p1.params / 4, rel=1e-12)
     assert one.total == pytest.approx(one.weights + one.grads + one.optimizer + one.activations - one.not_together)
