@@ -101,9 +101,10 @@ micro-batches; FSDP2 keeps 1/dp of the weights, gradients and optimizer states, 
 fp32 parameters and every layer's bf16 copies (autocast's, saved by its linears until its backward:
 resharding frees the gathered fp32 weights, not them), and peaks at the larger of two moments: the
 loss's backward (the logits, the head's bf16 copy, the last layer gathered for its backward) and a
-layer's backward (that layer and the one prefetched gathered, the head's fp32 gradient until the
-root's reduce-scatter). Measured on 2 and 4 H200s (validation/unseen9_h200_2gpu_machineCN/, held
-out): FSDP2 at nine shapes within 1.5 %.
+layer's backward (that layer and the one prefetched gathered, its unsharded fp32 gradient, the head's
+until the root's reduce-scatter); with one micro-batch neither moment has sharded gradients yet (each
+appears as its layer's reduce-scatter ends; validation/memory_timeline_h200_2gpu_machineCR/). Measured
+on 2 and 4 H200s (validation/unseen9_*, unseen10_*): FSDP2, FSDP4 and FSDP2 x TP within 2.7 % per row.
 """
 
 from __future__ import annotations
