@@ -274,10 +274,10 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
         # made of them: the layer's linears saved those for their backward, so every layer's stay until
         # its backward, as without FSDP2 (below).
         casts = 2.0 * _linear_params(model, n, v, mp, False)
-        head_cast = 2.0 * _linear_params(model, 0, v, mp, plan.role.has_head)
-        # the LM head's unsharded fp32 gradient, from its backward until the root's reduce-scatter at
-        # the end of the backward
-        head_grad = 4.0 * _linear_params(model, 0, v, mp, plan.role.has_head)
+        head = _linear_params(model, 0, v, mp, plan.role.has_head)  # the LM head's weights (0 without it)
+        # its bf16 copy, and its unsharded fp32 gradient, from its backward until the root's
+        # reduce-scatter at the end of the backward
+        head_cast, head_grad = 2.0 * head, 4.0 * head
         # The peak is one of two moments: the loss's backward (every activation with the logits, the
         # head's bf16 copy, one layer gathered: the last, prefetched for its backward) or a layer's
         # backward (that layer and the one prefetched gathered, the layer's unsharded fp32 gradient
@@ -318,7 +318,7 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
         # the copies (validation/memory_timeline_h200_2gpu_machineCP/: per layer +2 bytes a parameter in
         # every backward after the stage's first, at two shapes). A second moment of the peak, then:
         # the end of such a backward, with the other in-flight micro-batches' activations only.
-        held = 2.0 * _linear_params(model, n, v, mp, plan.role.has_head)
+        held = casts  # one bf16 gradient per bf16 copy
         # after the second micro-batch's backward (the first that holds them, and the one with the most
         # others still in flight: the forwards ahead of it, in_flight of them from the warm-up, less two)
         others = max(0, min(m, 1 + in_flight) - 2)
@@ -328,12 +328,12 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
         # on the last, both after the last layer's backward)
         largest = v * d / mp if plan.role.has_head else model.ffn * d / mp
         dense = 4.0 * max(v * d if plan.role.has_embedding else 0.0, largest)
-        at_end = (weights + grads + held + dense + 8.0 * params + others * n * layer
-                  + _pipelining_runtime_bytes(par, plan, m, others, local_logits)
-                  + others * HF_LOSS_SAVED_BYTES * local_logits)
-        union = weights + grads + held + dense + 8.0 * params + acts
-        not_together = union - max(union - held - dense - not_together, at_end)
         grads += held + dense
+        states = weights + grads + 8.0 * params
+        at_end = (states + others * n * layer + _pipelining_runtime_bytes(par, plan, m, others, local_logits)
+                  + others * HF_LOSS_SAVED_BYTES * local_logits)
+        # the activations' moment is the estimate without the pipeline's (what not_together said so far)
+        not_together = states + acts - max(states - held - dense + acts - not_together, at_end)
     return MemoryEstimate(weights=weights, grads=grads, optimizer=8.0 * params, activations=acts,
                           stage=plan.index, not_together=not_together)
 

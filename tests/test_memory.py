@@ -2,14 +2,38 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
 from trainsim.operators import ModelSpec, Parallelism, TrainingSpec, build_stage_plans
 from trainsim.operators.memory import GIB, _linear_params, memory_per_gpu
+from trainsim.scenarios.compare_multi import scenario_mapping
+from trainsim.scenarios.schema import Scenario, scenario_from_mapping
 
 TINY = ModelSpec("tiny", hidden=64, heads=4, layers=2, seq_len=32, vocab=256, attention="flash")
+VALIDATION = Path(__file__).resolve().parents[1] / "validation"
+
+
+def _measured_rows(table: str, layout: str | None = None) -> list[dict[str, str]]:
+    """The rows of a committed train_hf_parallel.py table (of one layout)."""
+    with open(VALIDATION / table, newline="") as fh:
+        return [r for r in csv.DictReader(fh) if layout is None or r["layout"] == layout]
+
+
+def _h200_scenario(row: dict[str, str]) -> Scenario:
+    return scenario_from_mapping(scenario_mapping("hf", row, "h200-sxm-bf16", "hgx-h200"), name="row")
+
+
+def _peak_error(row: dict[str, str]) -> float:
+    """A measured H200 row's peak-memory error: the estimate of its most loaded stage over the measurement, less 1."""
+    sc = _h200_scenario(row)
+    peak = max(memory_per_gpu(sc.model, sc.training, sc.parallelism, p).total
+               for p in build_stage_plans(sc.model, sc.training, sc.parallelism))
+    return peak / GIB / float(row["max_mem_gib"]) - 1
 
 
 def _hf(recompute: str, m: int = 2):
@@ -210,22 +234,8 @@ def test_hf_peak_memory_meets_every_row_of_the_h200_tables_measured_with_the_fix
     # at d2048-L8 and d3072-L8, measured after the pipeline trainer's leak was fixed. Measured: MAPE
     # 0.5 % (2 GPUs) and 1.3 % (4 GPUs), worst pp2xtp2 d3072-L8 at -5.8 %; over only fsdp2xtp2, by 0.1 and
     # 1.6 % (before FSDP2's bf16 copies of every layer were counted: 1.0 and 1.7 %, never over).
-    import csv
-    from pathlib import Path
-
-    from trainsim.scenarios.compare_multi import scenario_mapping
-    from trainsim.scenarios.schema import scenario_from_mapping
-
-    val = Path(__file__).resolve().parents[1] / "validation"
-    errs = []
-    for table in ("hf_parallel_h200_2gpu/real2.csv", "hf_parallel_h200_4gpu/real4.csv"):
-        with open(val / table, newline="") as fh:
-            rows = list(csv.DictReader(fh))
-        for row in rows:
-            sc = scenario_from_mapping(scenario_mapping("hf", row, "h200-sxm-bf16", "hgx-h200"), name="row")
-            per_rank = [memory_per_gpu(sc.model, sc.training, sc.parallelism, p).total
-                        for p in build_stage_plans(sc.model, sc.training, sc.parallelism)]
-            errs.append(max(per_rank) / GIB / float(row["max_mem_gib"]) - 1)
+    errs = [_peak_error(row) for table in ("hf_parallel_h200_2gpu/real2.csv", "hf_parallel_h200_4gpu/real4.csv")
+            for row in _measured_rows(table)]
     assert len(errs) == 24
     assert all(-0.065 < e < 0.02 for e in errs), errs
     assert sum(abs(e) for e in errs) / len(errs) < 0.02
@@ -260,44 +270,19 @@ def test_without_a_pipeline_the_schedule_does_not_change_the_memory(framework):
 def test_hf_gpipe_peaks_meet_the_measured_rows():
     # machine CM (4x H200, 2026-11-28): pp4 under GPipe at four held-out shapes, m = 3, measured before
     # the losses of the waiting micro-batches were counted (then -17 to -32 %; now within 1 %)
-    import csv
-    from pathlib import Path
-
-    from trainsim.scenarios.compare_multi import scenario_mapping
-    from trainsim.scenarios.schema import scenario_from_mapping
-
-    path = Path(__file__).resolve().parents[1] / "validation" / "unseen8_h200_4gpu_machineCM" / "pp4_gpipe.csv"
-    with open(path, newline="") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["layout"] == "pp4"]
+    rows = _measured_rows("unseen8_h200_4gpu_machineCM/pp4_gpipe.csv", "pp4")
     assert len(rows) == 4 and {r["schedule"] for r in rows} == {"gpipe"}
     for row in rows:
-        sc = scenario_from_mapping(scenario_mapping("hf", row, "h200-sxm-bf16", "hgx-h200"), name="row")
-        peak = max(memory_per_gpu(sc.model, sc.training, sc.parallelism, p).total
-                   for p in build_stage_plans(sc.model, sc.training, sc.parallelism))
-        assert abs(peak / GIB / float(row["max_mem_gib"]) - 1) < 0.01
+        assert abs(_peak_error(row)) < 0.01
 
 
 def test_hf_fsdp2_peaks_meet_the_measured_rows():
     # machine CN (2x H200, 2026-11-28): FSDP2 at the ninth draw's nine shapes, measured before every
     # layer's bf16 copies and the two moments of the backward were counted (then -7.9 to +8.4 %, MAPE
     # 4.8 %; now within 1.5 %, MAPE 0.6 %)
-    import csv
-    from pathlib import Path
-
-    from trainsim.scenarios.compare_multi import scenario_mapping
-    from trainsim.scenarios.schema import scenario_from_mapping
-
-    path = (Path(__file__).resolve().parents[1] / "validation" / "unseen9_h200_2gpu_machineCN"
-            / "measured_hf_parallel.csv")
-    with open(path, newline="") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["layout"] == "fsdp2"]
+    rows = _measured_rows("unseen9_h200_2gpu_machineCN/measured_hf_parallel.csv", "fsdp2")
     assert len(rows) == 9
-    errors = []
-    for row in rows:
-        sc = scenario_from_mapping(scenario_mapping("hf", row, "h200-sxm-bf16", "hgx-h200"), name="row")
-        (plan,) = build_stage_plans(sc.model, sc.training, sc.parallelism)
-        errors.append(memory_per_gpu(sc.model, sc.training, sc.parallelism, (plan,)).total / GIB
-                      / float(row["max_mem_gib"]) - 1)
+    errors = [_peak_error(row) for row in rows]
     assert max(abs(e) for e in errors) < 0.015
     assert sum(abs(e) for e in errors) / len(errors) < 0.008
 
@@ -307,26 +292,12 @@ def test_hf_fsdp2_with_one_micro_batch_peaks_without_sharded_gradients():
     # one micro-batch) was +10.3 % while the sharded gradients were counted at the peak less the
     # activations; machine CR's timeline there (validation/memory_timeline_h200_2gpu_machineCR/) peaks in
     # the second layer's backward with none yet (each appears as its layer's reduce-scatter ends)
-    import csv
-    import json
-    from pathlib import Path
-
-    from trainsim.scenarios.compare_multi import scenario_mapping
-    from trainsim.scenarios.schema import scenario_from_mapping
-
-    val = Path(__file__).resolve().parents[1] / "validation"
-    with open(val / "unseen10_h200_2gpu_machineCQ" / "measured_hf_parallel.csv", newline="") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["layout"] == "fsdp2"]
+    rows = _measured_rows("unseen10_h200_2gpu_machineCQ/measured_hf_parallel.csv", "fsdp2")
     assert len(rows) == 10
-    errors = {}
-    for row in rows:
-        sc = scenario_from_mapping(scenario_mapping("hf", row, "h200-sxm-bf16", "hgx-h200"), name="row")
-        (plan,) = build_stage_plans(sc.model, sc.training, sc.parallelism)
-        errors[row["name"]] = (memory_per_gpu(sc.model, sc.training, sc.parallelism, (plan,)).total / GIB
-                               / float(row["max_mem_gib"]) - 1)
+    errors = {row["name"]: _peak_error(row) for row in rows}
     assert max(abs(e) for e in errors.values()) < 0.025
     assert abs(errors["s11"]) < 0.02
-    lines = [json.loads(x) for x in open(val / "memory_timeline_h200_2gpu_machineCR" / "memory_timeline.jsonl")]
+    lines = [json.loads(x) for x in open(VALIDATION / "memory_timeline_h200_2gpu_machineCR" / "memory_timeline.jsonl")]
     s11 = next(r for r in lines if r["shape"] == "s11" and r["rank"] == 0)
     ends = [e for e in s11["events"] if e[0].startswith("B<")]
     peak_at = next(i for i, e in enumerate(ends) if e[2] >= s11["peak_gib"] - 1e-9)
@@ -339,21 +310,13 @@ def test_pipelined_stages_hold_the_bf16_weight_gradients_of_a_later_backward():
     # backward adds per layer its linears' bf16 weight gradients (2 bytes a parameter) less the layer's
     # activations; the first creates the fp32 gradients instead (4 bytes). Both stages peak as the last
     # backward ends, one weight's fp32 gradient (V x d: the embedding's, the LM head's) above it
-    import csv
-    import json
-    from pathlib import Path
-
-    from trainsim.scenarios.compare_multi import scenario_mapping
-    from trainsim.scenarios.schema import scenario_from_mapping
-
-    val = Path(__file__).resolve().parents[1] / "validation"
-    lines = [json.loads(x) for x in open(val / "memory_timeline_h200_2gpu_machineCP" / "memory_timeline.jsonl")]
+    lines = [json.loads(x) for x in open(VALIDATION / "memory_timeline_h200_2gpu_machineCP" / "memory_timeline.jsonl")]
     last = next(r for r in lines if r["layout"] == "pp2" and r["shape"] == "v09" and r["rank"] == 1)
     ends = [e[1] for e in last["events"] if e[0] == "B< GPTNeoXLayer"]
     assert len(ends) == 12  # three micro-batches, four layers
-    with open(val / "unseen8_h200_2gpu_machineCI" / "measured_hf_parallel.csv", newline="") as fh:
-        row = next(r for r in csv.DictReader(fh) if r["layout"] == "pp2" and r["name"] == "v09")
-    sc = scenario_from_mapping(scenario_mapping("hf", row, "h200-sxm-bf16", "hgx-h200"), name="row")
+    row = next(r for r in _measured_rows("unseen8_h200_2gpu_machineCI/measured_hf_parallel.csv", "pp2")
+               if r["name"] == "v09")
+    sc = _h200_scenario(row)
     v = 50432
     per_layer = 2.0 * _linear_params(sc.model, 1, v, 1, False) / GIB  # 0.557 GiB
     for k in (1, 2):  # the second and third micro-batches' backward: per layer, within the activations freed
