@@ -229,6 +229,30 @@ def row_runtime(row: dict[str, str]) -> tuple[str | None, float]:
     return runtime_of(row["layout"]), layer_steps(row["layout"], layers, m)
 
 
+def _runtime_rows(rows: Iterable[dict[str, str]]) -> list[dict[str, str]]:
+    """The rows of a runtime this module fits (those :func:`row_points` keeps), in order."""
+    return [r for r in rows if row_runtime(r)[0] is not None]
+
+
+def row_points(rows: Iterable[dict[str, str]],
+               ends: Mapping[str, Mapping[str, float]]) -> list[tuple[str, float, float, str]]:
+    """(runtime, layer-steps, measured seconds, machine) of each row of a runtime this module fits;
+    ``ends``: the runtimes' head and tail in layers (a pipeline's first stage runs the head, its last
+    the tail; without a pipeline every micro-batch runs both)."""
+    pts: list[tuple[str, float, float, str]] = []
+    for r in _runtime_rows(rows):
+        rt, steps = row_runtime(r)
+        assert rt is not None
+        if rt in ends and pipeline_degree(r["layout"]) > 1:
+            e = ends[rt]
+            steps = pipeline_steps(r["layout"], int(float(r["layers"])), float(r["micro_batches"]),
+                                   e["head_fwd"] + e["head_bwd"], e["tail_fwd"] + e["tail_bwd"])
+        elif rt in ends:
+            steps += float(r["micro_batches"]) * sum(ends[rt].values())
+        pts.append((rt, steps, float(r["min_s"]), r.get("lease") or "?"))
+    return pts
+
+
 def fit_host_overhead(rows: Iterable[dict[str, str]],
                       head_tail: Mapping[str, dict[str, float]] | None = None,
                       typical: str | None = None) -> dict[str, dict[str, Any]]:
@@ -260,21 +284,10 @@ def fit_host_overhead(rows: Iterable[dict[str, str]],
     for rt, inner in WRAPPED_RUNTIMES.items():
         if rt not in ends and inner in ends:
             ends[rt] = ends[inner]
-    pts: list[tuple[str, float, float, str]] = []
-    kind_machines: set[str] = set()
-    for r in rows:
-        rt, steps = row_runtime(r)
-        if rt is None:
-            continue
-        if rt in ends and pipeline_degree(r["layout"]) > 1:  # the first stage's head, the last's tail
-            e = ends[rt]
-            steps = pipeline_steps(r["layout"], int(float(r["layers"])), float(r["micro_batches"]),
-                                   e["head_fwd"] + e["head_bwd"], e["tail_fwd"] + e["tail_bwd"])
-        elif rt in ends:  # not pipelined: every micro-batch runs both ends
-            steps += float(r["micro_batches"]) * sum(ends[rt].values())
-        pts.append((rt, steps, float(r["min_s"]), r.get("lease") or "?"))
-        if typical is not None and typical in r.get("device", ""):
-            kind_machines.add(r.get("lease") or "?")
+    rows = list(rows)
+    pts = row_points(rows, ends)
+    kind_machines = {p[3] for p, r in zip(pts, _runtime_rows(rows), strict=True)
+                     if typical is not None and typical in r.get("device", "")}
     runtimes = sorted({p[0] for p in pts})
     names = sorted({p[3] for p in pts})
     x = np.array([p[1] for p in pts])

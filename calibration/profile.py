@@ -945,6 +945,10 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
 
             if (path / RANK_LAG_FILE).is_file():  # this GPU's hosts: how far their slowest rank lags
                 prof.host_overhead = with_rank_lag(prof.host_overhead, *load_rank_lag(path / RANK_LAG_FILE))
+            from trainsim.calibration.host_factors import HOST_FACTORS_FILE, load_host_factors, with_host_factors
+
+            if (path / HOST_FACTORS_FILE).is_file():  # this GPU's hosts against the (borrowed) lines: the band
+                prof.host_overhead = with_host_factors(prof.host_overhead, load_host_factors(path / HOST_FACTORS_FILE))
         interference_file = _own_or_borrowed(path, INTERFERENCE_FILE, meta, "interference_from")
         if interference_file is not None:  # how compute and NCCL slow each other on that GPU
             from trainsim.calibration.interference import load_interference

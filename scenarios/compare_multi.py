@@ -203,9 +203,9 @@ def render(table: list[dict]) -> str:
         if s["host_band_rows"]:
             lo = min(r["host_factors"][0] for r in table if r.get("host_factors"))
             hi = max(r["host_factors"][1] for r in table if r.get("host_factors"))
-            lines.append(f"host band (each row on the fastest and the slowest host of the host fit, x{lo:.2f} to "
-                         f"x{hi:.2f}): {s['host_band_rows']} rows have one, the measurement is inside it on "
-                         f"{s['inside_host_band']}")
+            lines.append(f"host band (each row on the fastest and the slowest host measured for the profile, "
+                         f"x{lo:.2f} to x{hi:.2f}): {s['host_band_rows']} rows have one, the measurement is inside "
+                         f"it on {s['inside_host_band']}")
     else:
         lines.append("\nno row could be predicted")
     return "\n".join(lines)

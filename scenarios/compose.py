@@ -82,8 +82,9 @@ class HostBand:
 
     A PyTorch runtime's host cost is fitted as one line for the kind's typical machine, and lent
     machines of one kind measured ``lo_factor`` to ``hi_factor`` times it (calibration/host_overhead.py,
-    ``lease_factors``). ``lo_s`` and ``hi_s`` are Eq. 7's iteration with every host line scaled by
-    those factors: what the same layout takes on those hosts. Where the GPU sets the pace they
+    ``lease_factors``; a profile that borrows another kind's lines carries its own machines' factors
+    against them, calibration/host_factors.py). ``lo_s`` and ``hi_s`` are Eq. 7's iteration with every
+    host line scaled by those factors: what the same layout takes on those hosts. Where the GPU sets the pace they
     meet; where the host does, they part by up to the factors' spread."""
 
     lo_factor: float
@@ -96,8 +97,8 @@ class HostBand:
         """One line for the reports, around ``at_s`` (see :meth:`scaled`)."""
         lo, hi = self.scaled(mid_s, at_s)
         return (f"host band: {lo:.4g} to {hi:.4g} s on the fastest and the slowest of the {self.machines} hosts "
-                f"of the host fit (x{self.lo_factor:.2f} to x{self.hi_factor:.2f} of the typical host's cost; other "
-                "hosts measured have run outside it: docs/multi_gpu.md)")
+                f"measured for the profile (x{self.lo_factor:.2f} to x{self.hi_factor:.2f} of the typical host's cost; "
+                "other hosts measured have run outside it: docs/multi_gpu.md)")
 
     def scaled(self, mid_s: float, at_s: float) -> tuple[float, float]:
         """The band around another estimate ``at_s`` of the same iteration (the simulated one),

@@ -220,8 +220,8 @@ def host_fields(model: DurationModel, plan: StagePlan, fwd_s: float, bwd_s: floa
         lo, hi = min(factors.values()), max(factors.values())
         notes.append(f"the {plan.runtime} runtime's host (CPU) work sets the pace of its steps; that host cost "
                      f"differed x{lo:.2f} to x{hi:.2f} between the {len(factors)} machines of this kind measured "
-                     "(calibration/host_overhead.py), and a host-bound step varies as much; within one run "
-                     "its iterations wander 6-24 % above the fastest, which the host lines describe "
+                     "(calibration/host_overhead.py, host_factors.py), and a host-bound step varies as much; within "
+                     "one run its iterations wander 6-24 % above the fastest, which the host lines describe "
                      "(docs/multi_gpu.md)")
     elif plan.runtime in UNDER_PREDICTED_RUNTIMES and lag == 1.0:
         notes.append(f"the {plan.runtime} runtime ran slower than predicted on almost every run measured where the "

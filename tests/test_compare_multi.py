@@ -134,8 +134,8 @@ def test_the_summary_counts_the_rows_inside_their_host_band():
     table = [row(1.1, [0.9, 1.15]), row(1.2, [0.9, 1.15]), row(0.95, None)]
     s = compare_multi.summary(table)
     assert (s["host_band_rows"], s["inside_host_band"]) == (2, 1)
-    assert ("host band (each row on the fastest and the slowest host of the host fit, x0.85 to x1.16): 2 rows have "
-            "one, the measurement is inside it on 1") in compare_multi.render(table)
+    assert ("host band (each row on the fastest and the slowest host measured for the profile, x0.85 to x1.16): "
+            "2 rows have one, the measurement is inside it on 1") in compare_multi.render(table)
 
 
 def test_the_summary_gives_each_layout_its_mape_and_mean_error():

@@ -167,7 +167,7 @@ def render(results: list[dict], summary: dict) -> str:
     lines.append(f"Iteration time: MAPE {summary['time_mape_pct']:.2f}% (max {summary['time_max_abs_error_pct']:.1f}%) "
                  f"over {summary['configurations']} configurations ({profiles})." + memory)
     if summary.get("host_band_configurations"):
-        lines.append(f"Host band (each configuration on the fastest and the slowest host of the host fit): "
+        lines.append(f"Host band (each configuration on the fastest and the slowest host measured for the profile): "
                      f"{summary['host_band_configurations']} have one, the measurement is inside it on "
                      f"{summary['inside_host_band']}.")
     return "\n".join(lines)
