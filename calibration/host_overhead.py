@@ -229,20 +229,16 @@ def row_runtime(row: dict[str, str]) -> tuple[str | None, float]:
     return runtime_of(row["layout"]), layer_steps(row["layout"], layers, m)
 
 
-def _runtime_rows(rows: Iterable[dict[str, str]]) -> list[dict[str, str]]:
-    """The rows of a runtime this module fits (those :func:`row_points` keeps), in order."""
-    return [r for r in rows if row_runtime(r)[0] is not None]
-
-
 def row_points(rows: Iterable[dict[str, str]],
                ends: Mapping[str, Mapping[str, float]]) -> list[tuple[str, float, float, str]]:
     """(runtime, layer-steps, measured seconds, machine) of each row of a runtime this module fits;
     ``ends``: the runtimes' head and tail in layers (a pipeline's first stage runs the head, its last
     the tail; without a pipeline every micro-batch runs both)."""
     pts: list[tuple[str, float, float, str]] = []
-    for r in _runtime_rows(rows):
+    for r in rows:
         rt, steps = row_runtime(r)
-        assert rt is not None
+        if rt is None:
+            continue
         if rt in ends and pipeline_degree(r["layout"]) > 1:
             e = ends[rt]
             steps = pipeline_steps(r["layout"], int(float(r["layers"])), float(r["micro_batches"]),
@@ -286,8 +282,8 @@ def fit_host_overhead(rows: Iterable[dict[str, str]],
             ends[rt] = ends[inner]
     rows = list(rows)
     pts = row_points(rows, ends)
-    kind_machines = {p[3] for p, r in zip(pts, _runtime_rows(rows), strict=True)
-                     if typical is not None and typical in r.get("device", "")}
+    kind_machines = set() if typical is None else {
+        r.get("lease") or "?" for r in rows if typical in r.get("device", "") and row_runtime(r)[0] is not None}
     runtimes = sorted({p[0] for p in pts})
     names = sorted({p[3] for p in pts})
     x = np.array([p[1] for p in pts])
