@@ -31,6 +31,8 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from trainsim.operators.errors import ConfigError
 
 HOST_FACTORS_FILE = "host_factors.json"
@@ -41,28 +43,19 @@ TINY_PREFIX = "host-"
 def machine_factors(rows: Iterable[dict[str, str]], table: Mapping[str, dict]) -> dict[str, float]:
     """Each machine's (the rows' ``lease``) host factor against ``table``'s fixed lines (module doc).
     Rows of a runtime the table has no line for are left out; a machine left with no row is an error."""
-    from trainsim.calibration.host_overhead import row_points
+    from trainsim.calibration.host_overhead import machine_scales, point_arrays, row_points
 
     ends = {rt: e["head_tail"] for rt, e in table.items() if "head_tail" in e}
-    pts = row_points(list(rows), ends)
-    count: dict[tuple[str, str], int] = {}
-    for rt, _, _, m in pts:
-        count[rt, m] = count.get((rt, m), 0) + 1
-    num: dict[str, float] = {}
-    den: dict[str, float] = {}
-    for rt, steps, y, m in pts:
-        num.setdefault(m, 0.0)
-        den.setdefault(m, 0.0)
-        if rt not in table:
-            continue
-        line = table[rt]["per_iteration_s"] + table[rt]["per_layer_s"] * steps
-        w = 1.0 / count[rt, m]
-        num[m] += w * y * line
-        den[m] += w * line * line
-    empty = sorted(m for m in num if not den[m] > 0)
+    pts = row_points(rows, ends)
+    lined = [p for p in pts if p[0] in table]
+    empty = sorted({p[3] for p in pts} - {p[3] for p in lined})
     if empty:
         raise ConfigError("host factors", f"machine {empty[0]}: no row of a runtime the lines have")
-    return {m: num[m] / den[m] for m in sorted(num)}
+    runtimes, names, x, y, rt_idx, m_idx, w = point_arrays(lined)
+    slope = np.array([table[rt]["per_layer_s"] for rt in runtimes])
+    intercept = np.array([table[rt]["per_iteration_s"] for rt in runtimes])
+    f = machine_scales(y, intercept[rt_idx] + slope[rt_idx] * x, w, m_idx, len(names))
+    return {m: float(v) for m, v in zip(names, f, strict=True)}
 
 
 def load_host_factors(path: str | Path) -> dict[str, float]:

@@ -249,6 +249,32 @@ def row_points(rows: Iterable[dict[str, str]],
     return pts
 
 
+def point_arrays(pts: Sequence[tuple[str, float, float, str]]) -> tuple[list[str], list[str], Any, Any, Any, Any, Any]:
+    """:func:`row_points` as arrays: (runtimes, machines, layer-steps, seconds, each point's runtime
+    index, its machine index, its weight). A point weighs 1 / the points of its runtime on its machine,
+    so every runtime measured on a machine counts the same there, however many rows it has."""
+    import numpy as np
+
+    runtimes = sorted({p[0] for p in pts})
+    names = sorted({p[3] for p in pts})
+    rt_idx = np.array([runtimes.index(p[0]) for p in pts])
+    m_idx = np.array([names.index(p[3]) for p in pts])
+    count: dict[tuple[int, int], int] = {}
+    for a, b in zip(rt_idx.tolist(), m_idx.tolist(), strict=True):
+        count[a, b] = count.get((a, b), 0) + 1
+    w = np.array([1.0 / count[a, b] for a, b in zip(rt_idx.tolist(), m_idx.tolist(), strict=True)])
+    return runtimes, names, np.array([p[1] for p in pts]), np.array([p[2] for p in pts]), rt_idx, m_idx, w
+
+
+def machine_scales(y: Any, line: Any, w: Any, m_idx: Any, machines: int) -> Any:
+    """Each machine's least-squares scale of the ``line`` values onto the measured ``y`` (weights
+    ``w``): its host factor against those lines."""
+    import numpy as np
+
+    return np.array([(w * y * line)[m_idx == j].sum() / (w * line * line)[m_idx == j].sum()
+                     for j in range(machines)])
+
+
 def fit_host_overhead(rows: Iterable[dict[str, str]],
                       head_tail: Mapping[str, dict[str, float]] | None = None,
                       typical: str | None = None) -> dict[str, dict[str, Any]]:
@@ -284,16 +310,7 @@ def fit_host_overhead(rows: Iterable[dict[str, str]],
     pts = row_points(rows, ends)
     kind_machines = set() if typical is None else {
         r.get("lease") or "?" for r in rows if typical in r.get("device", "") and row_runtime(r)[0] is not None}
-    runtimes = sorted({p[0] for p in pts})
-    names = sorted({p[3] for p in pts})
-    x = np.array([p[1] for p in pts])
-    y = np.array([p[2] for p in pts])
-    rt_idx = np.array([runtimes.index(p[0]) for p in pts])
-    m_idx = np.array([names.index(p[3]) for p in pts])
-    count: dict[tuple[int, int], int] = {}
-    for a, b in zip(rt_idx.tolist(), m_idx.tolist(), strict=True):
-        count[a, b] = count.get((a, b), 0) + 1
-    w = np.array([1.0 / count[a, b] for a, b in zip(rt_idx.tolist(), m_idx.tolist(), strict=True)])
+    runtimes, names, x, y, rt_idx, m_idx, w = point_arrays(pts)
     for k, rt in enumerate(runtimes):
         if len(set(x[rt_idx == k].tolist())) < 2:
             raise ConfigError("host overhead", f"runtime {rt}: needs rows with at least two layers x micro-batches")
@@ -304,9 +321,7 @@ def fit_host_overhead(rows: Iterable[dict[str, str]],
         for k in range(len(runtimes)):
             sel = rt_idx == k
             lines[k] = _nonnegative_line(x[sel], y[sel] / f[m_idx[sel]], w[sel])[:2]
-        line = lines[rt_idx, 1] + lines[rt_idx, 0] * x
-        f = np.array([(w * y * line)[m_idx == j].sum() / (w * line * line)[m_idx == j].sum()
-                      for j in range(len(names))])
+        f = machine_scales(y, lines[rt_idx, 1] + lines[rt_idx, 0] * x, w, m_idx, len(names))
         for group in groups:  # each set of machines tied by shared runtimes: its factors' mean is 1
             f[group] /= np.exp(np.log(f[group]).mean())
     if typical is not None:

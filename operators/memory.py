@@ -328,12 +328,13 @@ def _hf_memory(model: ModelSpec, training: TrainingSpec, par: Parallelism, plan:
         # on the last, both after the last layer's backward)
         largest = v * d / mp if plan.role.has_head else model.ffn * d / mp
         dense = 4.0 * max(v * d if plan.role.has_embedding else 0.0, largest)
+        alone = weights + grads + 8.0 * params  # the states without these gradients
         grads += held + dense
-        states = weights + grads + 8.0 * params
+        states = alone + held + dense
         at_end = (states + others * n * layer + _pipelining_runtime_bytes(par, plan, m, others, local_logits)
                   + others * HF_LOSS_SAVED_BYTES * local_logits)
         # the activations' moment is the estimate without the pipeline's (what not_together said so far)
-        not_together = states + acts - max(states - held - dense + acts - not_together, at_end)
+        not_together = states + acts - max(alone + acts - not_together, at_end)
     return MemoryEstimate(weights=weights, grads=grads, optimizer=8.0 * params, activations=acts,
                           stage=plan.index, not_together=not_together)
 
