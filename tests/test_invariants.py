@@ -245,21 +245,35 @@ def _check_growth(prof: FittedProfile, batch: Sequence[tuple[Shape, int, int]], 
                       f"work:\n" + "\n".join(found)
 
 
-# The efficiency model (trees on the slowdown, piecewise constant) prices some shapes faster after a
-# doubling (embedding fwd 0.12x at one measured outlier's leaf; docs/efficiency.md): a known, open
-# violation of issue 9's invariant, kept visible as an xfail until the model is made monotone.
-_EFFICIENCY_FALLS = pytest.mark.xfail(reason="efficiency model not monotone yet (issue 9, item 2; docs/efficiency.md)",
-                                      strict=False)
-
-
-@pytest.mark.parametrize("model", [pytest.param(m, marks=_EFFICIENCY_FALLS) if m == "efficiency" else m
-                                   for m in MODELS])
+@pytest.mark.parametrize("model", [m for m in MODELS if m != "efficiency"])
 @settings(max_examples=40, deadline=None, phases=FAST)
 @given(batch=st.lists(growths(), min_size=1, max_size=6))
 def test_more_work_is_never_faster(profiles, model, batch):
     # each example grows every shape of the batch along one axis of every operator kind (b, l or d;
     # d or layers for the update kinds) by a factor 2..4, and prices both in every direction
     _check_growth(profiles[model], batch, fine=False)
+
+
+# The default efficiency model (trees on the slowdown, piecewise constant) prices some shapes faster
+# after a step or a doubling: a known, open violation of issue 9's invariant (docs/efficiency.md,
+# "Invariants"). Until it is monotone, this bounds how often and how far it breaks, on fixed random
+# shapes, so that a change that makes it worse fails. Measured 2026-11-29 (200 shapes per operator and
+# direction, 83 of them): doublings fall 1.05 % of the time on average (48 operators at least once),
+# worst 54.6 % (res_add backward, a gradient pass-through priced at its launch floor); fine steps
+# 1.61 %, worst 80.4 % (the same operator). The bounds leave about a third for library versions.
+EFFICIENCY_FALLS = {False: (0.014, 0.60), True: (0.022, 0.85)}  # fine -> (mean share falling, worst fall)
+
+
+@pytest.mark.parametrize("fine", [False, True], ids=["doubling", "fine-step"])
+def test_the_efficiency_models_falls_stay_as_rare_and_as_small_as_measured(profiles, fine):
+    rows = list(_rows(profiles["efficiency"], 200, 0 if fine else 1, fine=fine))
+    assert len(rows) == len(OP_KEYS)
+    share, worst = float(np.mean([r["falls"] for r in rows])), max(r["worst"] for r in rows)
+    top = max(rows, key=lambda r: r["worst"])
+    bound_share, bound_worst = EFFICIENCY_FALLS[fine]
+    assert share <= bound_share and worst <= bound_worst, (
+        f"efficiency model: {share:.2%} of {'fine steps' if fine else 'doublings'} priced faster "
+        f"(bound {bound_share:.1%}), worst {worst:.1%} (bound {bound_worst:.0%}) at {top['op']}")
 
 
 @pytest.mark.parametrize("model", ["duration", "monotone"])
@@ -347,9 +361,11 @@ def iteration_bases(draw) -> tuple[str, dict]:
     return scenario, base
 
 
-# found by the random search below (efficiency model; the duration model prices these growing): a
-# tiny GPT (d 512 or 1024) on the gpt20b layout, whose operators sit at the launch floor, where the
-# price is launch x the tree's slowdown alone
+# found by the random search below (efficiency model) when the iteration was its operators alone: a
+# tiny GPT (d 512 or 1024) on the gpt20b layout, whose operators sit at the launch floor, priced faster
+# with more work. With the profile as shipped since (its Megatron kinds re-timed on the GPU alone, the
+# FLOPs-at-peak floor; docs/efficiency.md) they grow: 1.11x, 1.12x, 1.24x on 2026-11-29. Kept as the
+# search's first examples
 KNOWN_FALLS = [
     ("gpt20b-dgxh100", {"model.hidden": 512, "model.heads": 8, "model.layers": 44, "model.seq_len": 512,
                         "training.micro_batch": 2, "training.micro_batches": 32}, "seq_len"),
@@ -360,8 +376,7 @@ KNOWN_FALLS = [
 ]
 
 
-@_EFFICIENCY_FALLS
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, derandomize=True)
 @given(case=iteration_bases(), axis=st.sampled_from(ITER_AXES))
 @example(case=KNOWN_FALLS[0][:2], axis=KNOWN_FALLS[0][2])
 @example(case=KNOWN_FALLS[1][:2], axis=KNOWN_FALLS[1][2])
