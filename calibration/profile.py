@@ -515,13 +515,15 @@ def _finite_or_none(x: float) -> float | None:
 
 def _fit_one(X: np.ndarray, y: np.ndarray, random_state: int, candidates,
              monotonic_cst: Sequence[int] | None = None, target: str = "duration",
-             slowdowns: np.ndarray | None = None, roofline_exponent: float | None = None) -> Regressor:
+             slowdowns: np.ndarray | None = None, roofline_exponent: float | None = None,
+             selection: tuple[int, Sequence[float | None]] | None = None) -> Regressor:
     from trainsim.calibration.select import OperatorRegressor
 
     # a constrained fit is on log durations (select's module doc: raw ones fit badly under
     # constraints); a slowdown (duration / roofline) is a ratio, fitted on its log as well
     r = OperatorRegressor(candidates=candidates, random_state=random_state, monotonic_cst=monotonic_cst,
-                          log_target=monotonic_cst is not None or target == "slowdown").fit(X, y)
+                          log_target=monotonic_cst is not None or target == "slowdown",
+                          selection=selection).fit(X, y)
     summary = {"kind": r.best_kind_, "params": r.best_params_, "validation_mape": _finite_or_none(r.validation_mape_),
                "candidate_mape": [_finite_or_none(s) for s in r.candidate_mape_], "n": int(r.n_samples_),
                "target": target}
@@ -554,7 +556,8 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
                 random_state: int = 0, *, progress: Progress = None, n_jobs: int = 2, candidates=None,
                 manifest: dict | None = None, on_total: Progress = None,
                 collective_model: str = "tree", monotone: bool = False, model: str = "duration",
-                roofline: Roofline | None = None) -> FittedProfile:
+                roofline: Roofline | None = None,
+                selections: Mapping[str, tuple[int, Sequence[float | None]]] | None = None) -> FittedProfile:
     """Fit one regressor per (operator, direction) and per (collective, nodes, GPUs per node).
 
     ``collective_model``: ``"tree"`` fits every collective group with the operators' tree
@@ -570,6 +573,10 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
     ``roofline`` (calibration.efficiency), unconstrained (``monotone`` applies to durations only).
 
     ``on_total(n)`` is called once with the number of regressors, then ``progress(1)`` as each is fitted.
+
+    ``selections``: regressor key -> (best candidate, candidate MAPEs) recorded by an earlier fit of
+    the same samples, grid and model (calibration.selection_record): that key's candidates are not
+    fitted again, only its best on all data (the same estimator; a key not there is selected).
 
     Regressors are independent and seeded, so the result does not depend on ``n_jobs``
     (regressors are fitted on that many threads; the libraries release the GIL).
@@ -609,6 +616,7 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
         if kind is not None and collective_model == "auto" and np.unique(X[:, 0]).size >= MIN_SIZES:
             return _fit_curve(kind, X, y)
         cst = None
+        sel = selections.get(key) if selections else None
         slowdown = kind is None and model in EFFICIENCY_MODELS
         if monotone and not slowdown or slowdown and model == "monotone":
             from trainsim.calibration.select import monotone_constraints
@@ -619,13 +627,13 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
             time_s, roof = y[:, 0], y[:, 1]
             if model == "efficiency":  # the slowdown on the features, unconstrained
                 return _fit_one(X[:, :-1], time_s / roof, random_state, candidates, None, "slowdown",
-                                slowdowns=time_s / roof)
+                                slowdowns=time_s / roof, selection=sel)
             # time / roofline**a on (features, log roofline), non-decreasing in the roofline too
             # (ROOFLINE_EXPONENT); the slowdowns' floor is kept for the prediction
             assert cst is not None
             return _fit_one(X, time_s / roof ** ROOFLINE_EXPONENT, random_state, candidates, (*cst, 1),
-                            "slowdown", slowdowns=time_s / roof, roofline_exponent=ROOFLINE_EXPONENT)
-        return _fit_one(X, y, random_state, candidates, cst, "duration")
+                            "slowdown", slowdowns=time_s / roof, roofline_exponent=ROOFLINE_EXPONENT, selection=sel)
+        return _fit_one(X, y, random_state, candidates, cst, "duration", selection=sel)
 
     t0 = time.perf_counter()
     regs: dict[str, Regressor] = {}
@@ -713,6 +721,19 @@ def _grid_tag(candidates: str) -> str:
     return "fast-" + hashlib.sha256(repr(FAST_CANDIDATES).encode()).hexdigest()[:8]
 
 
+def candidate_grid(tag: str) -> tuple[tuple[str, dict], ...]:
+    """The candidate grid a manifest's ``candidates`` tag names (:func:`_grid_tag`)."""
+    if tag == "paper":
+        from trainsim.calibration.select import DEFAULT_CANDIDATES
+
+        return DEFAULT_CANDIDATES
+    if tag == _grid_tag("fast"):
+        from trainsim.calibration.grids import FAST_CANDIDATES
+
+        return FAST_CANDIDATES
+    raise ValueError(f"no candidate grid is tagged {tag!r} now")
+
+
 def _roofline_current(record: Any, gpu: str) -> bool:
     """A cached efficiency profile's roofline is the GPU's current datasheet figures (a corrected
     preset refits it)."""
@@ -727,10 +748,13 @@ def _roofline_current(record: Any, gpu: str) -> bool:
 def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress: Progress,
                 random_state: int, on_total: Progress = None, collective_model: str = "tree",
                 monotone: bool = False, model: str = "duration", gpu: str | None = None,
-                launch_s: float | None = None, candidates: str = "paper") -> FittedProfile:
+                launch_s: float | None = None, candidates: str = "paper", record_file: Path | None = None,
+                reselect: bool = False) -> FittedProfile:
     """Load the cached fit or fit and cache it (``candidates``: "paper", select.DEFAULT_CANDIDATES, or
     "fast", grids.FAST_CANDIDATES). An efficiency or monotone ``model`` needs ``gpu`` (a
-    topology preset); its launch floor is ``launch_s``, else the fastest sample."""
+    topology preset); its launch floor is ``launch_s``, else the fastest sample. A fit that
+    ``record_file`` holds (calibration.selection_record) refits its recorded choices only, unless
+    ``reselect``."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[-60:]
     tag = {"efficiency": "-eff", "monotone": "-mono"}.get(model, "")
     path = cache_root(cache_dir) / f"{slug}{tag}-{hash_[:12]}"
@@ -755,10 +779,18 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
         from trainsim.calibration.grids import FAST_CANDIDATES
 
         grid = FAST_CANDIDATES
+    selections = None
+    if record_file is not None and not reselect:
+        from trainsim.calibration.selection_record import read_selection, signature
+
+        selections = read_selection(record_file, signature(hash_, _grid_tag(candidates), random_state, model,
+                                                           monotone, _collective_tag(collective_model)))
     prof = fit_profile(name, compute, colls, random_state, progress=progress, on_total=on_total, candidates=grid,
                        manifest={"data_hash": hash_, "source": source, "quirks": quirks,
-                                 "candidates": _grid_tag(candidates)},
-                       collective_model=collective_model, monotone=monotone, model=model, roofline=roofline)
+                                 "candidates": _grid_tag(candidates),
+                                 "selection": "searched" if selections is None else f"recorded ({record_file})"},
+                       collective_model=collective_model, monotone=monotone, model=model, roofline=roofline,
+                       selections=selections)
     try:
         prof.save(path)
     except OSError as e:
@@ -768,7 +800,7 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
 
 def _with_transferred_compute(prof: FittedProfile, source: str, path: Path, reference_dir, cache_dir,
                               progress: Progress, random_state: int, on_total: Progress,
-                              model: str = "efficiency") -> FittedProfile:
+                              model: str = "efficiency", reselect: bool = False) -> FittedProfile:
     """A sample directory of measured collectives whose ``meta.json`` says
     ``"compute_transfer_from": "<profile>"``: its operators are that profile's efficiencies on this
     directory's GPU (its datasheet roofline), its collectives its own."""
@@ -776,7 +808,7 @@ def _with_transferred_compute(prof: FittedProfile, source: str, path: Path, refe
         raise ConfigError(str(path / META_FILE), f"compute_transfer_from must name a measured profile, got {source!r}")
     gpu = gpu_of_samples(read_meta(path / META_FILE), str(path / META_FILE))
     base = load_profile(source, reference_dir, cache_dir, progress, random_state=random_state, on_total=on_total,
-                        model=model)
+                        model=model, reselect=reselect)
     assert base.roofline is not None
     ops = base.with_target(Roofline.for_gpu(gpu, base.roofline.launch_s), prof.name)
     merged = FittedProfile(prof.name, _Merged(ops.regressors, prof.regressors),
@@ -846,7 +878,8 @@ def default_model(name: str) -> str:
 
 def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | None = None,
                  progress: Progress = None, gpu_specs: Mapping[str, tuple[float, float]] | None = None,
-                 random_state: int = 0, on_total: Progress = None, model: str | None = None):
+                 random_state: int = 0, on_total: Progress = None, model: str | None = None,
+                 reselect: bool = False):
     """Resolve a profile name to a :class:`operators.duration.DurationModel`.
 
     A profile that must be fitted (no valid cache) calls ``on_total(n)`` with its regressor
@@ -863,6 +896,11 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
 
     ``model``: ``duration`` or ``efficiency`` regressors (None: :func:`default_model`; a sample
     directory whose ``meta.json`` names a GPU without a datasheet preset then falls back to duration).
+
+    A fit that is not cached uses the model selection recorded for it (a sample directory's
+    ``selection.json``, the reference profiles' ``profiles/reference_selection.json``; see
+    calibration.selection_record) unless ``reselect``: the same regressors, fitted without their
+    candidates' validation fits.
     """
     auto = model is None
     model = default_model(name) if model is None else model
@@ -879,7 +917,7 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
             raise ConfigError("profile.model", f"a transfer profile is an efficiency model (efficiency or "
                                                f"monotone); got {model!r}")
         source = load_profile(TRANSFER_SOURCE, reference_dir, cache_dir, progress, random_state=random_state,
-                              on_total=on_total, model=model)
+                              on_total=on_total, model=model, reselect=reselect)
         assert source.roofline is not None
         return source.with_target(Roofline.for_gpu(gpu, source.roofline.launch_s), f"transfer:{gpu}")
     if name.startswith("roofline:"):
@@ -901,9 +939,11 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
         root = resolve_reference_dir(reference_dir)
         op_files, nccl_files = reference_files(root, canon)
         hash_ = data_hash(op_files + nccl_files, root)
+        from trainsim.calibration.selection_record import REFERENCE_RECORD
+
         return _fit_cached(f"reference:{canon}", hash_, str(root / canon),
                            lambda: load_reference(root, canon), cache_dir, progress, random_state, on_total,
-                           model=model, gpu=REFERENCE_GPUS[canon])
+                           model=model, gpu=REFERENCE_GPUS[canon], record_file=REFERENCE_RECORD, reselect=reselect)
     path = Path(name).expanduser()
     shipped = _shipped(name)
     if not path.is_dir() and shipped is not None:
@@ -928,14 +968,18 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
                 fitted_model = "duration"  # samples of a GPU without datasheet peaks: no roofline to scale
             else:
                 gpu = gpu_of_samples(meta, str(path / META_FILE))
+        from trainsim.calibration.selection_record import RECORD_FILE
+
         prof = _fit_cached(name, data_hash(files, path), str(path.resolve()), loader, cache_dir, progress,
                            random_state, on_total, collective_model="auto", monotone=True, model=fitted_model, gpu=gpu,
-                           launch_s=measured_launch_s(path), candidates="fast")
+                           launch_s=measured_launch_s(path), candidates="fast", record_file=path / RECORD_FILE,
+                           reselect=reselect)
         meta = read_meta(path / META_FILE) if (path / META_FILE).is_file() else {}
         source = meta.get("compute_transfer_from")
         if not (path / COMPUTE_FILE).exists() and isinstance(source, str):
             prof = _with_transferred_compute(prof, source, path, reference_dir, cache_dir, progress, random_state,
-                                             on_total, model if model in EFFICIENCY_MODELS else "efficiency")
+                                             on_total, model if model in EFFICIENCY_MODELS else "efficiency",
+                                             reselect)
         from trainsim.calibration.host_overhead import HOST_FILE, load_host_overhead
 
         host_file = _own_or_borrowed(path, HOST_FILE, meta, "host_overhead_from")

@@ -137,16 +137,23 @@ class OperatorRegressor(RegressorMixin, BaseEstimator):
     models (see :func:`monotone_constraints`). ``log_target``: fit log(duration) and predict its
     exponential (the selection's MAPE is still on durations); see the module doc for why the
     constrained fits need it.
+
+    ``selection``: None (select), or ``(best, candidate_mape)`` recorded by an earlier selection on
+    the same samples, grid and ``random_state`` (calibration.selection_record): the candidates are
+    not fitted again, the recorded scores become ``candidate_mape_`` and only candidate ``best`` is
+    fitted, on all data. The estimator is then the one the selection would refit.
     """
 
     def __init__(self, candidates=None, test_size: float = 0.2, random_state: int = 0, n_jobs: int = 1,
-                 monotonic_cst: Sequence[int] | None = None, log_target: bool = False):
+                 monotonic_cst: Sequence[int] | None = None, log_target: bool = False,
+                 selection: tuple[int, Sequence[float | None]] | None = None):
         self.candidates = candidates
         self.test_size = test_size
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.monotonic_cst = monotonic_cst
         self.log_target = log_target
+        self.selection = selection
 
     def fit(self, X, y):
         X, y = check_X_y(X, y, dtype=np.float64, y_numeric=True)
@@ -165,7 +172,12 @@ class OperatorRegressor(RegressorMixin, BaseEstimator):
         # durations are positive (checked above), so their logs are finite
         fwd, inv = (np.log, np.exp) if self.log_target else (_identity, _identity)
         scores: list[float] = []
-        if len(y) >= MIN_SAMPLES_FOR_SPLIT:
+        if self.selection is not None:
+            best, recorded = self.selection
+            if not (isinstance(best, int) and 0 <= best < len(cands)) or len(recorded) != len(cands):
+                raise ValueError(f"selection {self.selection!r} does not fit {len(cands)} candidates")
+            scores = [math.nan if s is None else float(s) for s in recorded]
+        elif len(y) >= MIN_SAMPLES_FOR_SPLIT:
             Xtr, Xva, ytr, yva = train_test_split(X, y, test_size=self.test_size, random_state=self.random_state)
             for kind, params in cands:
                 m = make_model(kind, params, self.random_state, self.n_jobs, cst).fit(Xtr, fwd(ytr))

@@ -241,9 +241,10 @@ def test_merge_tables_concatenates_bench_files_unchanged(tmp_path):
 def test_shipped_h200_profile_is_the_measured_tables_unchanged():
     assert sorted(p.name for p in SHIPPED.iterdir()) == ["collectives.csv", "compute.csv", "fsdp_copies.json",
                                                          "host_factors.json", "interference.json", "launch.json",
-                                                         "meta.json", "power_cap.json", "rank_lag.json"]
+                                                         "meta.json", "power_cap.json", "rank_lag.json",
+                                                         "selection.json"]
     # power_cap.json: tests/test_power_cap.py checks it; rank_lag.json: tests/test_rank_spread.py;
-    # host_factors.json: tests/test_host_factors.py
+    # host_factors.json: tests/test_host_factors.py; selection.json: tests/test_selection_record.py
     assert (SHIPPED / "collectives.csv").read_bytes() == \
         H200_2.read_bytes() + H200_4.read_bytes().split(b"\n", 1)[1]
     # the operators: the H200 batch's two halves (validation/device/h200_or_machine.sh), the

@@ -107,13 +107,19 @@ def show(profile, as_json: bool, other=None) -> None:
     cap = getattr(profile, "power_cap", None)
     curves = {k: [list(knot) for knot in c.knots] for k, c in cap.curves.items()} if cap is not None else None
     host = _host_lines(getattr(profile, "host_overhead", None) or {})
+    # how the cached fit chose each regressor's candidate (calibration.selection_record); older caches: unknown
+    selection = (getattr(profile, "manifest", None) or {}).get("selection")
     if as_json:
         print_json({"profile": profile.name, "model": model, "validation_bar_pct": VALIDATION_BAR_PCT,
+                    "selection": selection,
                     "regressors": rows, "above_bar": above, "quirks": quirks, "power_cap": curves,
                     "power_cap_spread": getattr(cap, "spread", None), "host_overhead": host})
         return
     print(f"profile {profile.name}: {len(rows)} regressors, profile.model {model}"
           + (f" (validation MAPE of the {other_name} model beside)" if other is not None else ""))
+    if selection is not None:
+        print(f"model selection: {selection}" + (" (each candidate's validation MAPE as recorded when it was "
+                                                 "selected)" if selection.startswith("recorded") else ""))
     print(f"validation bar {VALIDATION_BAR_PCT:g} %: "
           + (f"{len(above)} above it: {', '.join(above)}" if above else "every regressor is below it"))
     if rows:
