@@ -204,6 +204,15 @@ def from_xgboost(model) -> TreeEnsemble:
     return _assemble(trees, "xgboost", _xgb_base_score(booster), n_features)
 
 
+def constant(value: float, n_features: int, log_target: bool = False) -> TreeEnsemble:
+    """One tree of one leaf: ``value`` (its log stored when ``log_target``) whatever the features."""
+    leaf = np.float32(np.log(value) if log_target else value)
+    zero = np.zeros(1, dtype=np.int32)
+    return TreeEnsemble(feature=np.full(1, -1, dtype=np.int16), threshold=np.zeros(1, dtype=np.float32),
+                        left=zero, right=zero.copy(), value=np.array([leaf], dtype=np.float32), roots=zero.copy(),
+                        kind="rforest", depth=0, n_features=n_features, log_target=log_target)
+
+
 def from_fitted(model) -> TreeEnsemble:
     """Dispatch on the library of a fitted regressor."""
     name = type(model).__name__

@@ -82,7 +82,11 @@ from trainsim.operators.ops import (
 # its samples' smallest slowdown (summary "slowdown_min"), its prediction's floor
 # 5: profile.model "monotone": an efficiency regressor that predicts time / roofline**a from the
 # features and the log roofline under monotone constraints (summary "roofline_exponent")
-FORMAT_VERSION = 5
+# 6: an efficiency regressor of an operator whose samples all sit on one roofline (no work it counts)
+# is their median slowdown (summary kind CONSTANT_KIND)
+FORMAT_VERSION = 6
+#: the summary kind of such a regressor (:func:`_constant_slowdown`)
+CONSTANT_KIND = "constant"
 #: The efficiency models: the slowdown over the roofline, unconstrained ("efficiency", the default) or
 #: monotone in the work ("monotone", ROOFLINE_EXPONENT)
 EFFICIENCY_MODELS = frozenset({"efficiency", "monotone"})
@@ -535,6 +539,21 @@ def _fit_one(X: np.ndarray, y: np.ndarray, random_state: int, candidates,
     return Regressor(r.to_ensemble(), r.feature_min_.copy(), r.feature_max_.copy(), summary)
 
 
+def _constant_slowdown(X: np.ndarray, slowdowns: np.ndarray) -> Regressor:
+    """An efficiency regressor for an operator whose every sample has the same roofline, the launch
+    floor (a residual add's backward hands the output gradient to both inputs and moves nothing,
+    ops.bytes_moved): its samples' median slowdown at every shape. Trees on its shape features would
+    price noise around the floor, faster with more work as often as slower (docs/efficiency.md,
+    "Invariants"). The validation MAPE is the median's, in sample."""
+    from trainsim.calibration.forest import constant
+
+    median = float(np.median(slowdowns))
+    summary = {"kind": CONSTANT_KIND, "params": {}, "n": int(slowdowns.size), "target": "slowdown",
+               "validation_mape": _finite_or_none(100.0 * float(np.mean(np.abs(median / slowdowns - 1.0)))),
+               "candidate_mape": [], "slowdown_min": float(np.min(slowdowns))}
+    return Regressor(constant(median, X.shape[1], log_target=True), X.min(axis=0), X.max(axis=0), summary)
+
+
 def _fit_curve(kind: CollKind, X: np.ndarray, y: np.ndarray) -> Regressor:
     from trainsim.calibration.collective_curve import CollectiveCurve
 
@@ -626,6 +645,8 @@ def fit_profile(name: str, compute_rows: Sequence[ComputeSample], collective_row
         if slowdown:
             time_s, roof = y[:, 0], y[:, 1]
             if model == "efficiency":  # the slowdown on the features, unconstrained
+                if np.ptp(roof) == 0:  # no work the roofline counts: no shape feature can explain the time
+                    return _constant_slowdown(X[:, :-1], time_s / roof)
                 return _fit_one(X[:, :-1], time_s / roof, random_state, candidates, None, "slowdown",
                                 slowdowns=time_s / roof, selection=sel)
             # time / roofline**a on (features, log roofline), non-decreasing in the roofline too
