@@ -170,7 +170,7 @@ def test_sample_dir_collectives_only_profile_uses_curves_and_persists(tmp_path):
     assert report[("p2p", "1x2")]["model"] in ("rforest", "xgboost")  # < 4 sizes: trees
     (entry,) = (tmp_path / "cache").iterdir()
     manifest = json.loads((entry / "manifest.json").read_text())
-    assert manifest["format"] == profile_mod.FORMAT_VERSION == 5
+    assert manifest["format"] == profile_mod.FORMAT_VERSION == 6
     assert manifest["collective_model"].startswith("auto-curve")
     assert {e["key"]: e["model"] for e in manifest["regressors"]} == {"coll:all_reduce:1x2": "curve",
                                                                       "coll:p2p:1x2": "trees"}
