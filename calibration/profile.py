@@ -795,11 +795,7 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
         if gpu is None:
             raise ValueError("an efficiency profile needs its GPU")
         roofline = Roofline.for_gpu(gpu, launch_floor_s(compute, launch_s))
-    grid = None
-    if candidates == "fast":
-        from trainsim.calibration.grids import FAST_CANDIDATES
-
-        grid = FAST_CANDIDATES
+    grid = candidate_grid(_grid_tag(candidates))
     selections = None
     if record_file is not None and not reselect:
         from trainsim.calibration.selection_record import read_selection, signature

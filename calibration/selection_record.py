@@ -79,9 +79,13 @@ def read_selection(file: Path, sig: Mapping[str, Any]) -> Selection | None:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("fits"), list):
         raise ConfigError(str(file), f"not a selection record of format {FORMAT}")
     for fit in doc["fits"]:
-        if isinstance(fit, dict) and all(fit.get(k) == sig[k] for k in SIGNATURE):
+        if isinstance(fit, dict) and _same_fit(fit, sig):
             return _checked(file, fit.get("selection"))
     return None
+
+
+def _same_fit(fit: Mapping[str, Any], sig: Mapping[str, Any]) -> bool:
+    return all(fit.get(k) == sig[k] for k in SIGNATURE)
 
 
 def _checked(file: Path, raw: Any) -> Selection:
@@ -99,12 +103,16 @@ def _checked(file: Path, raw: Any) -> Selection:
 
 
 def write_fits(file: Path, fits: Sequence[Mapping[str, Any]]) -> None:
-    """Replace the fits of ``file`` that have the same signatures as ``fits``, keep the others."""
-    kept: list[Any] = []
-    if file.is_file():
-        old = json.loads(file.read_text())
-        kept = [f for f in old.get("fits", []) if not any(all(f.get(k) == n[k] for k in SIGNATURE) for n in fits)]
-    doc = {"format": FORMAT, "fits": [*kept, *fits]}
+    """Replace the fits of ``file`` that have the same signatures as ``fits`` where they stand (a
+    rewritten record changes only the entries that changed), append the new ones, keep the others."""
+    out: list[Any] = json.loads(file.read_text()).get("fits", []) if file.is_file() else []
+    for new in fits:
+        at = next((i for i, f in enumerate(out) if _same_fit(f, new)), None)
+        if at is None:
+            out.append(new)
+        else:
+            out[at] = new
+    doc = {"format": FORMAT, "fits": out}
     file.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
@@ -116,8 +124,9 @@ def record(name: str, models: Sequence[str], reference_dir: str | None = None) -
     file it belongs in with one fit entry per model."""
     from trainsim.calibration import profile as P
 
+    if not models:
+        raise ConfigError("--models", "names no profile model")
     fits = []
-    target: Path | None = None
     for model in models:
         with tempfile.TemporaryDirectory() as cache:
             prof = P.load_profile(name, reference_dir=reference_dir, cache_dir=cache, model=model, reselect=True)
@@ -127,9 +136,7 @@ def record(name: str, models: Sequence[str], reference_dir: str | None = None) -
                         m["collective_model"])
         sel = selection_of({k: r.summary for k, r in prof.regressors.items()}, grid)
         fits.append({**sig, "versions": m["versions"], "selection": {k: [b, s] for k, (b, s) in sorted(sel.items())}})
-        target = REFERENCE_RECORD if name.startswith("reference:") else Path(m["source"]) / RECORD_FILE
-    assert target is not None
-    return target, fits
+    return (REFERENCE_RECORD if name.startswith("reference:") else Path(m["source"]) / RECORD_FILE), fits
 
 
 def main(argv: Sequence[str] | None = None) -> int:
