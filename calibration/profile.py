@@ -977,29 +977,32 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
         # measured tables (collectives_bench: many sizes per group) interpolate as curves, and
         # their trees are monotone in the work; the reference profiles above keep the
         # reference's unconstrained trees, which the paper cases depend on
+        meta = read_meta(path / META_FILE) if (path / META_FILE).is_file() else {}
         gpu = None
         fitted_model = model if (path / COMPUTE_FILE).exists() else "duration"  # collectives only: no roofline
         if fitted_model in EFFICIENCY_MODELS:
-            meta = read_meta(path / META_FILE) if (path / META_FILE).is_file() else {}
             if auto and gpu_for_meta(meta) is None:
                 fitted_model = "duration"  # samples of a GPU without datasheet peaks: no roofline to scale
             else:
                 gpu = gpu_of_samples(meta, str(path / META_FILE))
+        from trainsim.calibration.fsdp_copies import FSDP_COPIES_FILE, load_fsdp_copies
+        from trainsim.calibration.host_overhead import HOST_FILE, load_host_overhead
         from trainsim.calibration.selection_record import RECORD_FILE
 
+        # the files another shipped profile lends, resolved before the fit: a meta.json naming one
+        # that is not there is one error now, not after seconds of fitting
+        host_file = _own_or_borrowed(path, HOST_FILE, meta, "host_overhead_from")
+        interference_file = _own_or_borrowed(path, INTERFERENCE_FILE, meta, "interference_from")
+        copies_file = _own_or_borrowed(path, FSDP_COPIES_FILE, meta, "fsdp_copies_from")
         prof = _fit_cached(name, data_hash(files, path), str(path.resolve()), loader, cache_dir, progress,
                            random_state, on_total, collective_model="auto", monotone=True, model=fitted_model, gpu=gpu,
                            launch_s=measured_launch_s(path), candidates="fast", record_file=path / RECORD_FILE,
                            reselect=reselect)
-        meta = read_meta(path / META_FILE) if (path / META_FILE).is_file() else {}
         source = meta.get("compute_transfer_from")
         if not (path / COMPUTE_FILE).exists() and isinstance(source, str):
             prof = _with_transferred_compute(prof, source, path, reference_dir, cache_dir, progress, random_state,
                                              on_total, model if model in EFFICIENCY_MODELS else "efficiency",
                                              reselect)
-        from trainsim.calibration.host_overhead import HOST_FILE, load_host_overhead
-
-        host_file = _own_or_borrowed(path, HOST_FILE, meta, "host_overhead_from")
         if host_file is not None:  # the runtimes' host cost on the machine the samples came from
             prof.host_overhead = load_host_overhead(host_file)
             from trainsim.calibration.rank_spread import RANK_LAG_FILE, load_rank_lag, with_rank_lag
@@ -1010,14 +1013,10 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
 
             if (path / HOST_FACTORS_FILE).is_file():  # this GPU's hosts against the (borrowed) lines: the band
                 prof.host_overhead = with_host_factors(prof.host_overhead, load_host_factors(path / HOST_FACTORS_FILE))
-        interference_file = _own_or_borrowed(path, INTERFERENCE_FILE, meta, "interference_from")
         if interference_file is not None:  # how compute and NCCL slow each other on that GPU
             from trainsim.calibration.interference import load_interference
 
             prof.interference = load_interference(interference_file)
-        from trainsim.calibration.fsdp_copies import FSDP_COPIES_FILE, load_fsdp_copies
-
-        copies_file = _own_or_borrowed(path, FSDP_COPIES_FILE, meta, "fsdp_copies_from")
         if copies_file is not None:  # FSDP2's copy kernels on that GPU
             prof.fsdp_copies = load_fsdp_copies(copies_file)
         from trainsim.calibration.power_cap import POWER_FILE, load_power_cap

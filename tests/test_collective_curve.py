@@ -328,11 +328,14 @@ def test_borrowed_host_model_must_name_a_shipped_profile_that_has_it(tmp_path):
         warnings.simplefilter("ignore")
         with pytest.raises(ConfigError, match="host_overhead_from must name a shipped profile that has"):
             load_profile(str(d), cache_dir=str(tmp_path / "cache"))
+    # refused before the fit: nothing was fitted, so nothing was cached
+    assert not [f for f in (tmp_path / "cache").rglob("*") if f.is_file()]
 
 
 def test_profile_show_prints_the_curve_rows(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "trainsim", "profile", "show", "h200-sxm-bf16", "--cache-dir",
-                        str(tmp_path)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    # the session's profile cache (conftest), where the tests above have fitted the profile already
+    r = subprocess.run([sys.executable, "-m", "trainsim", "profile", "show", "h200-sxm-bf16"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stderr
     lines = [ln.split() for ln in r.stdout.splitlines()]
     curve_rows = [ln for ln in lines if len(ln) > 3 and ln[2] == "curve"]
