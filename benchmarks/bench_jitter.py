@@ -1,7 +1,8 @@
 """Time `trainsim jitter` and `trainsim jitter fit` through the command line, as a user runs them.
 
 * ``mc``: 1,000 jittered iterations of paper-gpt20b-4-4-8-vista (128 GPUs) with ``--jobs 2``,
-  the ``vista`` preset (the busy-day fit), no ablation (``--shares 0``), worker start-up included.
+  the ``vista`` preset (the busy-day fit), as a user runs it: the default, no per-source ablation
+  (``--shares``, opt-in since 2026-11-29), worker start-up included.
 * ``fit``: ``jitter fit`` of the busy Vista day, 2 layouts x 51 iterations (jobs 127321, 127322),
   ``--jobs 2``.
 
@@ -47,7 +48,7 @@ def main() -> None:
     logs = Path(env.get("TRAINSIM_TRAINING_LOGS", ROOT.parent / "shared/training-logs")) / "iterations.csv"
     cli = [sys.executable, "-m", "trainsim"]
     runs = {
-        "mc": cli + ["jitter", SCENARIO, "-n", str(args.n), "--jobs", str(args.jobs), "--shares", "0",
+        "mc": cli + ["jitter", SCENARIO, "-n", str(args.n), "--jobs", str(args.jobs),
                      "--set", "simulation.jitter.preset=vista", "-q"],
         "fit": cli + ["jitter", "fit", str(logs), "--job", "127321", "--job", "127322", "--jobs", str(args.jobs),
                       "-q"],

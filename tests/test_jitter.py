@@ -431,6 +431,19 @@ def test_cli_json_and_plot(tiny_file, tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_cli_runs_n_simulations_and_measures_the_shares_only_when_asked(tiny_file, capsys):
+    from trainsim.scenarios.montecarlo import monte_carlo_total
+
+    j = parse_jitter({"preset": "vista"})
+    assert monte_carlo_total(j, 30) == 30 and monte_carlo_total(j, 30, 10) == 30 + 10 * len(j.sources())
+    assert main(["jitter", str(tiny_file), "-n", "12", "--set", "simulation.jitter.preset=vista"]) == 0
+    out = capsys.readouterr().out
+    assert "--shares K re-runs K seeds" in out and "where the added time comes from (" not in out
+    assert main(["jitter", str(tiny_file), "-n", "12", "--set", "simulation.jitter.preset=vista", "--shares", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "first 6 seeds" in out and "--shares K" not in out
+
+
 def test_cli_without_jitter_says_so(tiny_file, capsys):
     assert main(["jitter", str(tiny_file), "-n", "3"]) == 0
     assert "no jitter configured" in capsys.readouterr().out

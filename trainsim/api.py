@@ -267,7 +267,8 @@ def monte_carlo(scenario: ScenarioLike, n: int, seed: int | None = None, jobs: i
                 *, scheduler: Any = None, shares: int | None = None, progress: ProgressCallback | None = None,
                 reference_data: str | None = None, cache_dir: str | None = None,
                 max_events: int | None = None, fit_progress: FitProgress | None = None) -> MonteCarlo:
-    """Monte Carlo of jittered iterations: min, mean, p50, p95, max, mean over min, per-source shares.
+    """Monte Carlo of jittered iterations: min, mean, p50, p95, max, mean over min, and with ``shares=K``
+    each source's share of the added time (K seeds re-run per source; none by default).
 
     ``seed`` defaults to ``simulation.seed``; the same seed gives the same samples bit for bit
     whatever ``jobs`` or ``backend`` (``joblib`` or ``dask`` with ``scheduler``).

@@ -54,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", metavar="FILE", default=None,
                    help="write a histogram PNG (with --measured or for a fit: beside a QQ plot)")
     p.add_argument("--shares", type=int, default=None, metavar="K",
-                   help="seeds re-run per jitter source for the per-kind shares (default min(n, 200); 0: skip)")
+                   help="where the added time comes from: re-run the first K seeds with one jitter source on "
+                        "at a time (K x sources more simulations; e.g. 200) (default 0: not measured)")
     p.add_argument("--measured", metavar="LOG", default=None,
                    help="measured iteration times to compare with (KS distance, QQ plot); any `jitter fit` format")
     p.add_argument("--out", metavar="FILE", default=None, help="(jitter fit) write the fitted preset YAML here")
@@ -178,6 +179,9 @@ def render(res, name: str) -> str:
         lines.append(f"  {'interactions (residual)':30} {100 * res.share_residual:6.1f} %")
     elif j is not None and res.share_samples == 0 and res.added_s:
         lines.append("jitter added no time on average; no shares to report")
+    elif j is not None and res.share_samples == 0 and j.sources():
+        lines.append(f"where the added time comes from: --shares K re-runs K seeds with one of the {len(j.sources())} "
+                     "sources on at a time")
     return "\n".join(lines)
 
 
