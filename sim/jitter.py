@@ -295,9 +295,10 @@ def _pareto_tail(tail: tuple[float, float], u: float) -> float:
 
 
 #: What :meth:`RunJitter.comm_factor` keeps per (kind, tier): sigma and its stream's draw, the
-#: tail and its stream's draw (None where off), and the tier's message bytes.
+#: tail and its stream's draw (None where off), the tier's message bytes, and per transfer size
+#: (bytes through the busiest link) the transfer's lognormal (sigma, sigma^2 / 2), computed once.
 _CommEntry = tuple[float | None, Callable[[], float] | None, tuple[float, float] | None, Callable[[], float] | None,
-                   float]
+                   float, dict[float, tuple[float, float]]]
 
 
 class RunJitter:
@@ -333,7 +334,7 @@ class RunJitter:
         tail = config._tail.get((kind, tier)) if config._tail else None
         # Its own keyed stream: switching the tail on leaves the body's draws unchanged.
         tail_draw = self.streams.stream(("tail", str(kind), str(tier))).normal if tail is not None else None
-        return sigma, body, tail, tail_draw, config._message.get(tier, TierNoise.message_bytes)
+        return sigma, body, tail, tail_draw, config._message.get(tier, TierNoise.message_bytes), {}
 
     def comm_factor(self, kind: str, tier: str, nbytes: float = 0.0) -> float:
         """Multiplier of one transfer's base duration, the transfer moving ``nbytes`` through its busiest
@@ -342,14 +343,18 @@ class RunJitter:
         entry = self._comm.get((kind, tier))
         if entry is None:
             entry = self._comm[kind, tier] = self._comm_entry(kind, tier)
-        sigma, body, tail, tail_draw, message = entry
+        sigma, body, tail, tail_draw, message, lognormal = entry
         if body is None:
             f = 1.0
         else:
-            if nbytes > message:
-                sigma = transfer_sigma(sigma, nbytes, message)  # type: ignore[arg-type]
+            # a run's transfers come in a few sizes: each size's sigma is computed once
+            key = nbytes if nbytes > message else 0.0
+            at = lognormal.get(key)
+            if at is None:
+                s = transfer_sigma(sigma, nbytes, message) if key else sigma  # type: ignore[arg-type]
+                at = lognormal[key] = (s, 0.5 * s * s)  # type: ignore[operator]
             # _lognormal, inlined: the hot path of a jittered run
-            f = math.exp(sigma * body() - 0.5 * sigma * sigma)  # type: ignore[operator]
+            f = math.exp(at[0] * body() - at[1])
         if tail_draw is not None:
             f *= _pareto_tail(tail, 0.5 * math.erfc(-tail_draw() / math.sqrt(2.0)))  # type: ignore[arg-type]
         return f
