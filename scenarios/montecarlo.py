@@ -14,13 +14,12 @@ everything; the samples are the same). ``backend="dask"`` submits the chunks to 
 
 Where the variance comes from (``per_kind_share``) is measured by ablation, on request
 (``share_samples``; ``trainsim jitter --shares K``): the first ``share_samples`` seeds are re-run
-with only one source of jitter switched on (MP, PP or
-DP transfer noise, compute noise and stragglers, link congestion). A source's *added
-time* is its mean iteration time minus the deterministic (jitter-off) simulation, and its
-share is that divided by the all-on added time on the same seeds. Sources interact (a
-congested link slows a noisy transfer further; the pipeline takes the max of delays),
-so the shares need not sum to one; ``share_residual = 1 - sum(shares)`` says by how much.
-Congestion is its own source: an episode slows every kind of traffic on its link.
+with only one source of jitter switched on (MP, PP or DP transfer noise, compute noise and
+stragglers, link congestion). A source's *added time* is its mean iteration time minus the
+deterministic (jitter-off) simulation, and its share is that divided by the all-on added time on
+the same seeds. Sources interact (a congested link slows a noisy transfer further; the pipeline
+takes the max of delays), so the shares need not sum to one; ``share_residual = 1 - sum(shares)``
+says by how much. Congestion is its own source: an episode slows every kind of traffic on its link.
 """
 
 from __future__ import annotations
