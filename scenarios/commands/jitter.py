@@ -41,7 +41,7 @@ SOURCE_LABELS = {"mp": "MP transfer noise", "pp": "PP transfer noise", "dp": "DP
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("jitter", help="Monte Carlo of jittered iterations (min/p50/mean/p95/max, shares); "
+    p = sub.add_parser("jitter", help="Monte Carlo of jittered iterations (min/p50/mean/p95/max; --shares: by source); "
                                       "`jitter fit LOG... --case S...` fits one jitter set to measured logs",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_scenario_args(p)
