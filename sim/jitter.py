@@ -351,8 +351,9 @@ class RunJitter:
             key = nbytes if nbytes > message else 0.0
             at = lognormal.get(key)
             if at is None:
-                s = transfer_sigma(sigma, nbytes, message) if key else sigma  # type: ignore[arg-type]
-                at = lognormal[key] = (s, 0.5 * s * s)  # type: ignore[operator]
+                assert sigma is not None  # a body stream exists only where a sigma does
+                s = transfer_sigma(sigma, nbytes, message) if key else sigma
+                at = lognormal[key] = (s, 0.5 * s * s)
             # _lognormal, inlined: the hot path of a jittered run
             f = math.exp(at[0] * body() - at[1])
         if tail_draw is not None:
