@@ -127,7 +127,7 @@ class Tally:
     dp_allreduce: float = 0.0
     dp_allgather: float = 0.0
     optimizer: float = 0.0
-    pipeline_busy: float = 0.0  # compute + MP + host + P2P up to the last backward, less the waits
+    pipeline_busy: float = 0.0  # compute + MP, CP, FSDP + host + P2P up to the last backward, less the waits
     end: float = 0.0
 
 

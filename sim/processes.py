@@ -157,8 +157,10 @@ def stage_process(env: simpy.Environment, ctx: Build, stage: int, replica: int, 
         if sc.dest is not None:
             yield from p2p_send(env, ctx, lane, step, sc, sc.dest)
     t = lane.tally
-    # Waiting for a receiver is blocked in a send (exposed P2P) but moves no data: a bubble.
-    t.pipeline_busy = t.compute + t.mp + t.cp + t.host + t.pp - t.pp_wait
+    # Waiting for a receiver is blocked in a send (exposed P2P) but moves no data: a bubble. FSDP's
+    # gathers and reduce-scatters inside the steps are the step's own work, as the MP and CP
+    # collectives are (dp_allgather holds only those here: the ZeRO-1 all-gather comes after the update).
+    t.pipeline_busy = t.compute + t.mp + t.cp + t.host + t.dp_allgather + t.pp - t.pp_wait
     ctx.drained.arrive()
     yield from gradient_sync(env, ctx, lane)
     yield from update(env, ctx, lane)
