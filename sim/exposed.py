@@ -128,6 +128,21 @@ def fsdp_exposed(plan: StagePlan, ag_layer: float, rs_layer: float, ag_root: flo
     return exposed_f, exposed_b
 
 
+#: The share of a micro-batch's step from which :func:`fsdp_host_overlap` is noted: below it the
+#: committed FSDP2 tables are centred (docs/multi_gpu.md, "FSDP2's host and collectives, counted twice").
+FSDP_OVERLAP_NOTE_SHARE = 0.05
+
+
+def fsdp_host_overlap(host_extra_s: float, fsdp_s: float, step_s: float) -> float:
+    """The share of an FSDP2 micro-batch's step (``step_s``, forward and backward) that the host's
+    excess over the compute (``host_extra_s``) and the collectives and copies the GPU waits for
+    (``fsdp_s``) could both claim. The step adds the two, as if the host never issued while the GPU
+    waited for a gather; the longer of the two alone would be the other limit. Neither composition
+    is the measured one (the flow shop tried between them: docs/multi_gpu.md), so the simulation keeps
+    the sum and says how much of it is in question."""
+    return min(host_extra_s, fsdp_s) / step_s if step_s > 0 else 0.0
+
+
 def tp_overlapped(plan: StagePlan, direction: str, count: int, rs_s: float, ag_s: float,
                    fwd: dict[Op, float], bwd: dict[Op, float]) -> float:
     """Sequence parallelism's MP syncs under Transformer Engine's communication overlap (seconds per
