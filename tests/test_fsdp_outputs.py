@@ -74,3 +74,23 @@ def test_one_stage_has_no_bubble_however_much_of_its_steps_fsdp2_exposes():
     assert sim.exposed["dp_allgather"] == pytest.approx(m * (st.fsdp_fwd_s + st.fsdp_bwd_s), rel=1e-9)
     assert sim.exposed["dp_allgather"] > 0.3 * sim.iteration_s
     assert sim.bubble_share == 0.0
+
+
+def test_predict_says_which_share_of_the_parameters_fsdp_keeps(tmp_path, capsys):
+    import yaml
+
+    from trainsim.scenarios.cli import main
+
+    sc = _scenario(HOST_HEAVY, "fsdp2")
+    row = {**HOST_HEAVY, "layout": "fsdp2", "pp": "1", "tp": "1", "dp": "1", "fsdp": "2"}
+    path = tmp_path / "fsdp2.yaml"
+    path.write_text(yaml.safe_dump(scenario_mapping("hf", row, "h200-sxm-bf16", "hgx-h200")))
+    assert main(["predict", str(path), "-q"]) == 0
+    out = capsys.readouterr().out
+    params = predict(sc).costs.stages[0].params
+    assert f"{params / 1e6:9.1f} M" in out  # the column: what a rank computes with
+    assert f"FSDP keeps 1/2 of them between uses ({params / 2 / 1e6:.1f} M on stage 0)" in out
+    row_ddp = {**row, "layout": "dp2", "dp": "2", "fsdp": "1"}
+    path.write_text(yaml.safe_dump(scenario_mapping("hf", row_ddp, "h200-sxm-bf16", "hgx-h200")))
+    assert main(["predict", str(path), "-q"]) == 0
+    assert "FSDP keeps" not in capsys.readouterr().out

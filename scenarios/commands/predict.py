@@ -58,6 +58,11 @@ def render(pred) -> str:
             f"{fmt_s(s.mp_fwd_s + s.mp_bwd_s)} {fmt_s(s.p2p_fwd_s + s.p2p_bwd_s)} {fmt_s(s.dp_allreduce_s)}  "
             f"{fmt_s(s.update_s)}"
         )
+    sharded = [(s, p.fsdp.ranks) for s, p in zip(costs.stages, pred.plans, strict=True) if p.fsdp is not None]
+    if sharded:  # the column is what a rank computes with; FSDP stores a shard of it
+        s0, ranks = sharded[0]
+        lines.append(f"params/rank: the parameters a rank computes with; FSDP keeps 1/{ranks} of them between uses "
+                     f"({s0.params / ranks / 1e6:.1f} M on stage {s0.index})")
     for n in costs.notes:
         lines.append(f"note: {n}")
     if pred.host_band is not None:
