@@ -215,12 +215,14 @@ class Network(Generic[Link]):
                 raise ConfigError("cluster", f"unknown link {link!r}")
             if not c > 0:
                 raise ConfigError("simulation.jitter", f"capacity of {link} must stay positive, got {c!r}")
-        touched: list[_Bundle[Link]] = []  # bundles with a changed link, in the order first met
+        # bundles with a changed link, in the order first met (a dict: a tier-wide episode changes
+        # thousands of links at once, and a list's membership test made that quadratic)
+        touched: dict[_Bundle[Link], None] = {}
         for link, c in changes.items():
             self.capacity[link] = c
             b = self._bundle[link]
-            if b is not None and b not in touched:
-                touched.append(b)
+            if b is not None:
+                touched[b] = None
         hot: list[_Bundle[Link]] = []
         for b in touched:
             # its links by new capacity (None: unchanged), in the bundle's link order
