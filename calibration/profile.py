@@ -795,16 +795,17 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
         if gpu is None:
             raise ValueError("an efficiency profile needs its GPU")
         roofline = Roofline.for_gpu(gpu, launch_floor_s(compute, launch_s))
-    grid = candidate_grid(_grid_tag(candidates))
+    grid_tag = _grid_tag(candidates)
+    grid = candidate_grid(grid_tag)
     selections = None
     if record_file is not None and not reselect:
         from trainsim.calibration.selection_record import read_selection, signature
 
-        selections = read_selection(record_file, signature(hash_, _grid_tag(candidates), random_state, model,
+        selections = read_selection(record_file, signature(hash_, grid_tag, random_state, model,
                                                            monotone, _collective_tag(collective_model)))
     prof = fit_profile(name, compute, colls, random_state, progress=progress, on_total=on_total, candidates=grid,
                        manifest={"data_hash": hash_, "source": source, "quirks": quirks,
-                                 "candidates": _grid_tag(candidates),
+                                 "candidates": grid_tag,
                                  "selection": "searched" if selections is None else f"recorded ({record_file})"},
                        collective_model=collective_model, monotone=monotone, model=model, roofline=roofline,
                        selections=selections)
@@ -815,15 +816,15 @@ def _fit_cached(name: str, hash_: str, source: str, loader, cache_dir, progress:
     return prof
 
 
-def _with_transferred_compute(prof: FittedProfile, source: str, path: Path, reference_dir, cache_dir,
+def _with_transferred_compute(prof: FittedProfile, source: str, path: Path, meta: dict, reference_dir, cache_dir,
                               progress: Progress, random_state: int, on_total: Progress,
                               model: str = "efficiency", reselect: bool = False) -> FittedProfile:
     """A sample directory of measured collectives whose ``meta.json`` says
     ``"compute_transfer_from": "<profile>"``: its operators are that profile's efficiencies on this
-    directory's GPU (its datasheet roofline), its collectives its own."""
+    directory's GPU (its datasheet roofline, from ``meta``, its meta.json), its collectives its own."""
     if source.startswith("transfer:") or Path(source).resolve() == path.resolve():
         raise ConfigError(str(path / META_FILE), f"compute_transfer_from must name a measured profile, got {source!r}")
-    gpu = gpu_of_samples(read_meta(path / META_FILE), str(path / META_FILE))
+    gpu = gpu_of_samples(meta, str(path / META_FILE))
     base = load_profile(source, reference_dir, cache_dir, progress, random_state=random_state, on_total=on_total,
                         model=model, reselect=reselect)
     assert base.roofline is not None
@@ -1000,9 +1001,9 @@ def load_profile(name: str, reference_dir: str | None = None, cache_dir: str | N
                            reselect=reselect)
         source = meta.get("compute_transfer_from")
         if not (path / COMPUTE_FILE).exists() and isinstance(source, str):
-            prof = _with_transferred_compute(prof, source, path, reference_dir, cache_dir, progress, random_state,
-                                             on_total, model if model in EFFICIENCY_MODELS else "efficiency",
-                                             reselect)
+            prof = _with_transferred_compute(prof, source, path, meta, reference_dir, cache_dir, progress,
+                                             random_state, on_total,
+                                             model if model in EFFICIENCY_MODELS else "efficiency", reselect)
         if host_file is not None:  # the runtimes' host cost on the machine the samples came from
             prof.host_overhead = load_host_overhead(host_file)
             from trainsim.calibration.rank_spread import RANK_LAG_FILE, load_rank_lag, with_rank_lag

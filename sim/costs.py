@@ -643,18 +643,14 @@ def _fsdp_overlap_note(stages: Sequence[StageCost], notes: list[str]) -> None:
     """A note where FSDP2's host excess and its waits for collectives are both a large part of a
     micro-batch's step (:func:`sim.exposed.fsdp_host_overlap`; ``stages``: those of the FSDP2 runtime
     alone, as measured; under FSDP2 x TP the sum was centred): the stage where the most is in question."""
-    if not stages:
+    parts = [(st.index, st.host_fwd_extra_s + st.host_bwd_extra_s, st.fsdp_fwd_s + st.fsdp_bwd_s, st.fwd_s + st.bwd_s)
+             for st in stages]
+    if not parts:
         return
-
-    def overlap(st: StageCost) -> float:
-        return fsdp_host_overlap(st.host_fwd_extra_s + st.host_bwd_extra_s, st.fsdp_fwd_s + st.fsdp_bwd_s,
-                                 st.fwd_s + st.bwd_s)
-
-    worst = max(stages, key=overlap)
-    share = overlap(worst)
+    share, index, host, fsdp = max(((fsdp_host_overlap(h, f, step), i, h, f) for i, h, f, step in parts),
+                                   key=lambda t: t[0])  # the first stage of the largest share
     if share >= FSDP_OVERLAP_NOTE_SHARE:
-        host, fsdp = worst.host_fwd_extra_s + worst.host_bwd_extra_s, worst.fsdp_fwd_s + worst.fsdp_bwd_s
-        notes.append(f"FSDP2 (stage {worst.index}): the host's excess over the compute ({1e3 * host:.1f} ms a "
+        notes.append(f"FSDP2 (stage {index}): the host's excess over the compute ({1e3 * host:.1f} ms a "
                      f"micro-batch) and the collectives and copies the GPU waits for ({1e3 * fsdp:.1f} ms) are "
                      f"added, as if the host never issued while the GPU waited: {100 * share:.0f} % of the "
                      "micro-batch's step is in question; measured FSDP2 runs with 5-30 % in question ran faster than "

@@ -352,7 +352,7 @@ class RunJitter:
             at = lognormal.get(key)
             if at is None:
                 assert sigma is not None  # a body stream exists only where a sigma does
-                s = transfer_sigma(sigma, nbytes, message) if key else sigma
+                s = transfer_sigma(sigma, key, message)
                 at = lognormal[key] = (s, 0.5 * s * s)
             # _lognormal, inlined: the hot path of a jittered run
             f = math.exp(at[0] * body() - at[1])

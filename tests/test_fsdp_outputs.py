@@ -22,9 +22,13 @@ NOTE = re.compile(r"FSDP2 \(stage (\d+)\): the host's excess over the compute \(
                   r"step is in question")
 
 
+def _mapping(shape: dict[str, str], layout: str, tp: int = 1, fsdp: int = 2, dp: int = 1) -> dict:
+    row = {**shape, "layout": layout, "pp": "1", "tp": str(tp), "dp": str(dp), "fsdp": str(fsdp)}
+    return scenario_mapping("hf", row, "h200-sxm-bf16", "hgx-h200")
+
+
 def _scenario(shape: dict[str, str], layout: str, tp: int = 1, fsdp: int = 2):
-    row = {**shape, "layout": layout, "pp": "1", "tp": str(tp), "dp": "1", "fsdp": str(fsdp)}
-    return scenario_from_mapping(scenario_mapping("hf", row, "h200-sxm-bf16", "hgx-h200"))
+    return scenario_from_mapping(_mapping(shape, layout, tp, fsdp))
 
 
 def _predict(shape: dict[str, str], layout: str, tp: int = 1, fsdp: int = 2):
@@ -81,16 +85,13 @@ def test_predict_says_which_share_of_the_parameters_fsdp_keeps(tmp_path, capsys)
 
     from trainsim.scenarios.cli import main
 
-    sc = _scenario(HOST_HEAVY, "fsdp2")
-    row = {**HOST_HEAVY, "layout": "fsdp2", "pp": "1", "tp": "1", "dp": "1", "fsdp": "2"}
     path = tmp_path / "fsdp2.yaml"
-    path.write_text(yaml.safe_dump(scenario_mapping("hf", row, "h200-sxm-bf16", "hgx-h200")))
+    path.write_text(yaml.safe_dump(_mapping(HOST_HEAVY, "fsdp2")))
     assert main(["predict", str(path), "-q"]) == 0
     out = capsys.readouterr().out
-    params = predict(sc).costs.stages[0].params
+    params = _predict(HOST_HEAVY, "fsdp2").costs.stages[0].params
     assert f"{params / 1e6:9.1f} M" in out  # the column: what a rank computes with
     assert f"FSDP keeps 1/2 of them between uses ({params / 2 / 1e6:.1f} M on stage 0)" in out
-    row_ddp = {**row, "layout": "dp2", "dp": "2", "fsdp": "1"}
-    path.write_text(yaml.safe_dump(scenario_mapping("hf", row_ddp, "h200-sxm-bf16", "hgx-h200")))
+    path.write_text(yaml.safe_dump(_mapping(HOST_HEAVY, "dp2", fsdp=1, dp=2)))
     assert main(["predict", str(path), "-q"]) == 0
     assert "FSDP keeps" not in capsys.readouterr().out
