@@ -51,6 +51,24 @@ def test_two_gpu_node_from_hgx():
     assert cluster_from_mapping({"preset": "hgx-h100", "nics_per_node": 4}).gpus_per_node == 8
 
 
+def test_the_single_h100_sxm_preset_makes_a_two_gpu_node_with_gpus_per_node_alone():
+    # the single-GPU scenarios (gptneox-h100) start from it; an SXM part sits on an NVLink board
+    c = cluster_from_mapping({"preset": "h100-sxm", "gpus_per_node": 2})
+    assert (c.gpus_per_node, c.nics_per_node, c.nvlink_bw) == (2, 2, NVLINK4_MEASURED_BW)
+    assert cluster_from_mapping({"preset": "h100-sxm"}).gpus_per_node == 1
+
+
+def test_a_preset_without_nvlink_says_so_when_given_more_gpus_per_node():
+    with pytest.raises(ConfigError) as e:
+        cluster_from_mapping({"preset": "vista", "gpus_per_node": 2})
+    assert e.value.field == "cluster.nvlink_gbps"
+    assert "preset 'vista' has no NVLink" in e.value.message and "give cluster.nvlink_gbps" in e.value.message
+    assert cluster_from_mapping({"preset": "vista", "gpus_per_node": 2, "nvlink_gbps": 450}).nvlink_bw == 450e9
+    with pytest.raises(ConfigError) as e:  # a zero the user wrote is reported as the value it is
+        cluster_from_mapping({"preset": "h100-sxm", "gpus_per_node": 2, "nvlink_gbps": 0})
+    assert e.value.field == "cluster.nvlink_gbps" and "must be positive" in e.value.message
+
+
 def test_a_ratio_without_whole_nics_asks_for_nics_per_node(monkeypatch):
     half = ClusterSpec("half", GPU_PRESETS["h100-sxm"], gpus_per_node=8, max_nodes=None, nvlink_bw=450e9,
                        nic_bw=400 * GBIT, nics_per_node=4)

@@ -135,8 +135,10 @@ CLUSTER_PRESETS: dict[str, ClusterSpec] = {
                             nvlink_bw=NVLINK4_MEASURED_BW, nic_bw=400 * _GBIT, nics_per_node=8),
     # One H100 SXM on its own: for single-GPU runs (a 1-GPU job on a DGX preset is rejected
     # because the layout would not fill a node). Fabric: full_bisection (one node, no network traffic).
+    # An SXM part always sits on an NVLink board (HGX), so its NVLink port is the HGX preset's:
+    # unused at one GPU per node, and --set cluster.gpus_per_node=2 gives a valid 2-GPU node.
     "h100-sxm": ClusterSpec("h100-sxm", GPU_PRESETS["h100-sxm"], gpus_per_node=1, max_nodes=None,
-                            nvlink_bw=0.0, nic_bw=400 * _GBIT, nics_per_node=1),
+                            nvlink_bw=NVLINK4_MEASURED_BW, nic_bw=400 * _GBIT, nics_per_node=1),
 }
 
 
@@ -210,6 +212,10 @@ def cluster_from_mapping(d: Mapping[str, object]) -> ClusterSpec:
             values["fabric"] = fabric_from_mapping(d["fabric"], base.fabric)
         if "gpus_per_node" in values and "nics_per_node" not in values:
             values["nics_per_node"] = _nics_following(base, values["gpus_per_node"])  # type: ignore[arg-type]
+        if values.get("gpus_per_node", 1) > 1 and "nvlink_bw" not in values and not base.nvlink_bw > 0:  # type: ignore[operator]
+            raise ConfigError("cluster.nvlink_gbps", f"preset {base.name!r} has no NVLink between GPUs (one GPU "
+                                                     f"per node); give cluster.nvlink_gbps for a node of "
+                                                     f"{values['gpus_per_node']} GPUs")
         return _renamed_errors(lambda: replace(base, **values))  # type: ignore[arg-type]
 
     required = ["gpu", "gpus_per_node", "nic_gbps", "nics_per_node"]
