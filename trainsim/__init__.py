@@ -31,7 +31,7 @@ if not (_here / "sim").is_dir() and (_here.parent / "sim" / "engine.py").is_file
     __path__.append(str(_here.parent))  # noqa: F821 (a package's __path__)
 
 _API = ("load_scenario", "predict", "simulate", "compare", "monte_carlo", "sweep", "Prediction", "Simulation",
-        "Comparison", "MonteCarlo", "Sweep", "Scenario", "ConfigError")
+        "Comparison", "MonteCarlo", "Sweep", "Scenario", "ConfigError", "TimeToTrain", "time_to_train")
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainsim.api import (
@@ -42,17 +42,19 @@ if TYPE_CHECKING:  # pragma: no cover
         Scenario,
         Simulation,
         Sweep,
+        TimeToTrain,
         compare,
         load_scenario,
         monte_carlo,
         predict,
         simulate,
         sweep,
+        time_to_train,
     )
 
 __all__ = [
-    "Comparison", "ConfigError", "MonteCarlo", "Prediction", "Scenario", "Simulation", "Sweep", "__version__",
-    "compare", "load_scenario", "monte_carlo", "predict", "simulate", "sweep",
+    "Comparison", "ConfigError", "MonteCarlo", "Prediction", "Scenario", "Simulation", "Sweep", "TimeToTrain",
+    "__version__", "compare", "load_scenario", "monte_carlo", "predict", "simulate", "sweep", "time_to_train",
 ]
 
 

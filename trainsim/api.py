@@ -10,6 +10,7 @@ Example::
     print(eq7.iteration_s, sim.iteration_s, sim.mfu)
     mc = trainsim.monte_carlo(sc, n=100, seed=1)  # jittered iterations (simulation.jitter)
     best = trainsim.sweep(sc).best                # which PP-MP-DP layout to pick
+    run = trainsim.time_to_train(sc, sim.iteration_s, "2T")  # days, GPU-hours of a 2T-token run
 
 Each result is a frozen dataclass with ``to_dict()`` (what the CLI prints with ``--json``).
 Bad input raises :class:`ConfigError` (a ``ValueError``) naming the field, option or file.
@@ -28,6 +29,8 @@ from trainsim.operators.errors import ConfigError
 from trainsim.scenarios.compose import FitProgress, Prediction
 from trainsim.scenarios.compose import predict as compose_predict
 from trainsim.scenarios.schema import Scenario
+from trainsim.scenarios.time_to_train import TimeToTrain, parse_token_count
+from trainsim.scenarios.time_to_train import time_to_train as _time_to_train
 
 if TYPE_CHECKING:
     from trainsim.scenarios.montecarlo import MonteCarloResult
@@ -35,8 +38,8 @@ if TYPE_CHECKING:
     from trainsim.sim.compare import Comparison as SimComparison
     from trainsim.sim.engine import SimResult
 
-__all__ = ["Comparison", "ConfigError", "MonteCarlo", "Prediction", "Scenario", "Simulation", "Sweep", "load_scenario",
-           "compare", "monte_carlo", "predict", "simulate", "sweep"]
+__all__ = ["Comparison", "ConfigError", "MonteCarlo", "Prediction", "Scenario", "Simulation", "Sweep", "TimeToTrain",
+           "load_scenario", "compare", "monte_carlo", "predict", "simulate", "sweep", "time_to_train"]
 
 ScenarioLike = Scenario | str | os.PathLike[str]
 Overrides = Mapping[str, Any] | Sequence[str] | None
@@ -342,3 +345,13 @@ def sweep(scenario: ScenarioLike, *, pp: Collection[int] | None = None, mp: Coll
                         reference_data=reference_data, cache_dir=cache_dir, progress=progress,
                         check=lambda s: _guard(s, max_events))
     return Sweep(res)
+
+
+def time_to_train(scenario: ScenarioLike, iteration_s: float, tokens: float | str,
+                  basis: str = "given") -> TimeToTrain:
+    """A whole run of ``tokens`` tokens (a number, or text such as ``"2T"`` or ``"300B"``) at ``iteration_s``
+    per iteration of ``scenario``: iterations, days, GPU-hours and node-hours (``trainsim run --train-tokens``).
+    Steady state only: no warm-up, checkpoint saves, evaluation or restarts."""
+    sc = _scenario(scenario)
+    count = parse_token_count(tokens, "tokens") if isinstance(tokens, str) else float(tokens)
+    return _time_to_train(sc, iteration_s, count, basis)

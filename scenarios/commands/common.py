@@ -33,6 +33,21 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress and no warnings (errors still print)")
 
 
+def add_train_tokens_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--train-tokens", metavar="N", default=None,
+                   help="also the time to train N tokens (2e12, 2T, 300B): iterations, days, GPU-hours and "
+                        "node-hours at this iteration time (steady state: no warm-up, checkpoints, evaluation "
+                        "or restarts)")
+
+
+def train_tokens(args: argparse.Namespace) -> float | None:
+    """``--train-tokens``, checked before any work; None when not given."""
+    from trainsim.scenarios.time_to_train import parse_token_count
+
+    text = getattr(args, "train_tokens", None)
+    return None if text is None else parse_token_count(text)
+
+
 def _event_count(text: str) -> int:
     """``--max-events``: a positive integer, also written 5e7."""
     try:

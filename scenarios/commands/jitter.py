@@ -25,15 +25,18 @@ from trainsim.operators import ConfigError
 from trainsim.scenarios.commands.common import (
     PLOT_SUFFIXES,
     add_scenario_args,
+    add_train_tokens_arg,
     check_writable,
     fit_progress,
     fmt_s,
     load,
     print_json,
     progress_bar,
+    train_tokens,
     warn,
     write_atomic,
 )
+from trainsim.scenarios.time_to_train import time_to_train
 
 SOURCE_LABELS = {"mp": "MP transfer noise", "pp": "PP transfer noise", "dp": "DP transfer noise",
                  "tail": "heavy-tailed message delays", "compute": "compute noise + stragglers",
@@ -58,6 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "at a time (K x sources more simulations; e.g. 200) (default 0: not measured)")
     p.add_argument("--measured", metavar="LOG", default=None,
                    help="measured iteration times to compare with (KS distance, QQ plot); any `jitter fit` format")
+    add_train_tokens_arg(p)
     p.add_argument("--out", metavar="FILE", default=None, help="(jitter fit) write the fitted preset YAML here")
     p.add_argument("--case", action="append", default=None, metavar="SCENARIO",
                    help="(jitter fit) the scenario of each job, in order (repeatable)")
@@ -92,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("-n", f"must be a positive integer, got {args.n}")
     plot = check_writable(args.plot, "--plot", PLOT_SUFFIXES) if args.plot else None
     measured = _measured(args) if args.measured else None
+    tokens = train_tokens(args)
 
     from trainsim import api
     from trainsim.scenarios.montecarlo import monte_carlo_total
@@ -115,17 +120,23 @@ def run(args: argparse.Namespace) -> int:
         comparison = layout_fit(lay, res.samples_s, None, res.seed)
     if plot is not None:
         write_atomic(plot, lambda tmp: histogram(res, scenario.name, tmp, comparison))
+    # a run's many iterations add up to their mean (the spread of the total shrinks as 1/sqrt(iterations))
+    run_time = None if tokens is None else time_to_train(scenario, res.mean_s, tokens, "jittered mean")
     if args.json:
         d = mc.to_dict()
         if comparison is not None:
             c = comparison.to_json()
             c.pop("simulated_s")
             d["measured"] = {**c, "ks_raw": _ks_raw(times, res.samples_s)}
+        if run_time is not None:
+            d["time_to_train"] = run_time.to_json()
         print_json(d)
         return 0
     print(render(res, scenario.name))
     if comparison is not None:
         print(render_comparison(comparison, res.samples_s))
+    if run_time is not None:
+        print(run_time.text())
     return 0
 
 
@@ -219,6 +230,8 @@ def run_fit(args: argparse.Namespace) -> int:
         logs, cases = logs[:1], logs[1:]
     out = check_writable(args.out, "--out") if args.out else None
     plot = check_writable(args.plot, "--plot", PLOT_SUFFIXES) if args.plot else None
+    if args.train_tokens is not None:
+        raise ConfigError("--train-tokens", "`trainsim jitter fit` does not take this option")
     check_n = 100 if args.check_n is None else args.check_n
     if check_n < 2:
         raise ConfigError("--check-n", f"must be at least 2, got {check_n}")

@@ -4,28 +4,46 @@ from __future__ import annotations
 
 import argparse
 
-from trainsim.scenarios.commands.common import add_scenario_args, fit_progress, fmt_s, load, print_json, warn
+from trainsim.scenarios.commands.common import (
+    add_scenario_args,
+    add_train_tokens_arg,
+    fit_progress,
+    fmt_s,
+    load,
+    print_json,
+    train_tokens,
+    warn,
+)
 from trainsim.scenarios.compose import layout_text, memory_line
+from trainsim.scenarios.time_to_train import time_to_train
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="closed-form Eq. 7 iteration time with its breakdown")
     add_scenario_args(p)
+    add_train_tokens_arg(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from trainsim import api
 
+    tokens = train_tokens(args)
     with fit_progress(args) as fitbar:
         pred = api.predict(load(args), reference_data=args.reference_data, cache_dir=args.cache_dir,
                            max_events=getattr(args, "max_events", None),
                            fit_progress=fitbar)
     warn(pred.warnings, quiet=args.quiet, extrapolated=pred.extrapolated)
+    run_time = None if tokens is None else time_to_train(pred.scenario, pred.iteration_s, tokens, "Eq. 7")
     if args.json:
-        print_json(pred.to_dict())
+        d = pred.to_dict()
+        if run_time is not None:
+            d["time_to_train"] = run_time.to_json()
+        print_json(d)
         return 0
     print(render(pred))
+    if run_time is not None:
+        print(run_time.text())
     return 0
 
 

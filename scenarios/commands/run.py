@@ -8,6 +8,7 @@ from trainsim.scenarios.commands.common import (
     PLOT_SUFFIXES,
     TRACE_SUFFIXES,
     add_scenario_args,
+    add_train_tokens_arg,
     check_writable,
     fit_progress,
     fmt_s,
@@ -15,10 +16,12 @@ from trainsim.scenarios.commands.common import (
     print_json,
     progress_bar,
     remove_outputs,
+    train_tokens,
     warn,
     write_atomic,
 )
 from trainsim.scenarios.compose import layout_text, memory_line
+from trainsim.scenarios.time_to_train import time_to_train
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="trace the critical replica of every stage and the links it used (default), or all")
     p.add_argument("--plot", metavar="FILE", help="write the pipeline timeline PNG (the paper's Figure 2)")
     p.add_argument("--breakdown", metavar="FILE", help="write the component breakdown PNG (the paper's Figure 3)")
+    add_train_tokens_arg(p)
     p.set_defaults(func=run)
 
 
@@ -38,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     outputs = {opt: check_writable(path, f"--{opt}", TRACE_SUFFIXES if opt == "trace" else PLOT_SUFFIXES)
                for opt, path in (("trace", args.trace), ("plot", args.plot), ("breakdown", args.breakdown)) if path}
+    tokens = train_tokens(args)
     with fit_progress(args) as fitbar, progress_bar(args, "simulating", None, unit="simulated ms") as bar:
         sim = api.simulate(load(args), trace=outputs.get("trace"), trace_replicas=args.trace_replicas,
                            ideal=args.ideal, record=bool(args.plot), reference_data=args.reference_data,
@@ -60,10 +65,16 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         remove_outputs(written)
         raise
+    run_time = None if tokens is None else time_to_train(pred.scenario, result.iteration_s, tokens, "simulated")
     if args.json:
-        print_json(sim.to_dict())
+        d = sim.to_dict()
+        if run_time is not None:
+            d["time_to_train"] = run_time.to_json()
+        print_json(d)
         return 0
     print(render(pred, result))
+    if run_time is not None:
+        print(run_time.text())
     for opt, path in outputs.items():
         print(f"wrote {opt}: {path}")
     if sim.trace_note:

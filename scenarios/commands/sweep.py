@@ -12,7 +12,16 @@ import functools
 from collections import defaultdict
 
 from trainsim.operators import ConfigError
-from trainsim.scenarios.commands.common import add_scenario_args, fmt_s, load, print_json, progress_bar
+from trainsim.scenarios.commands.common import (
+    add_scenario_args,
+    add_train_tokens_arg,
+    fmt_s,
+    load,
+    print_json,
+    progress_bar,
+    train_tokens,
+)
+from trainsim.scenarios.time_to_train import time_to_train
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dask", default=None, metavar="ADDRESS",
                    help="run the layouts on a dask.distributed scheduler (tcp://host:8786), or 'local' for a "
                         "local cluster of --jobs workers (needs: pip install 'trainsim[dask]')")
+    add_train_tokens_arg(p)
     p.set_defaults(func=run)
 
 
@@ -62,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--jobs", f"must be a positive integer, got {args.jobs}")
     if args.dask is not None and not args.dask.strip():
         raise ConfigError("--dask", "expected a scheduler address (tcp://host:8786) or 'local'")
+    tokens = train_tokens(args)
     pps, mps, cps = _int_list(args.pp, "--pp"), _int_list(args.mp, "--mp"), _int_list(args.cp, "--cp")
     bs = _int_list(args.micro_batch, "--micro-batch")
     sps = {"on": [True], "off": [False], "both": [False, True]}.get(args.sp or "")
@@ -85,8 +96,16 @@ def run(args: argparse.Namespace) -> int:
         res = sweep_layouts(base, pps=pps, mps=mps, cps=cps, sps=sps, micro_batches=bs, schedules=schedules,
                             top=top, jobs=args.jobs, dask=args.dask, progress=bar.update,
                             reference_data=args.reference_data, cache_dir=args.cache_dir, check=check)
+    # every layout keeps the global batch, so they all take the same iterations: the best is the fastest to train
+    best = res.rows[0] if res.rows else None
+    run_time = (None if tokens is None or best is None else
+                time_to_train(base, best.simulated_s, tokens, f"best layout's ({best.layout}) "
+                              + ("simulated" if best.simulated else "Eq. 7")))
     if args.json:
-        print_json(res.to_dict(top=args.top))
+        d = res.to_dict(top=args.top)
+        if run_time is not None:
+            d["time_to_train"] = run_time.to_json()
+        print_json(d)
         return 0
     shown = res.rows[:args.top]
     print(f"{res.scenario}: {res.gpus} GPUs, global batch {res.global_batch} sequences, "
@@ -122,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
         for reason, names in by_reason.items():
             more = f" and {len(names) - 8} more" if len(names) > 8 else ""
             print(f"  {', '.join(names[:8])}{more}: {reason}")
+    if run_time is not None:
+        print(run_time.text())
     return 0
 
 
