@@ -4,14 +4,14 @@ Each is a generator taking ``env`` first and the run's :class:`sim.build.Build` 
 which it only reads (apart from its own tally). A stage replica walks its stage's schedule
 (:mod:`sim.schedule`): for each step it waits for its input (posting the receive first), computes with
 the step's MP all-reduces (:func:`compute_step`), posts the next receive early where Megatron
-batches it (:func:`post_next_receive`) and sends its output (:func:`p2p_send`); then it syncs
+batches it (:func:`post_next_receive`) and sends its output (:func:`p2p_transfer`); then it syncs
 its gradients (:func:`gradient_sync`) and runs its update (:func:`update`). The behaviour is
 described in :mod:`sim.engine`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,22 +54,35 @@ def meet(env: simpy.Environment, box: dict[MessageKey, simpy.Event], key: Messag
     return ev
 
 
-def comm(ctx: Build, base_s: float, rates: Rates | None, kind: TrafficKind, key: TierKey,
-         steps: float = 0.0) -> simpy.Event:
-    """A transfer of ``base_s`` seconds alone: jittered (as the tier of ``key``'s route, see
-    :meth:`sim.routes.Routes.tier`; its noise averages over the messages of its busiest link, whose
-    bytes are that link's nominal rate times ``base_s``; a congestion episode on that tier adds its
-    latency to each of the transfer's ``steps`` sequential protocol steps), and shared on its links
-    with contention."""
+@dataclass(frozen=True, slots=True)
+class Path:
+    """A transfer's way through the network, looked up once: its nominal rate per link (None: not on
+    the link model), the busiest link's rate and the tier whose noise it takes."""
+
+    rates: Rates | None
+    peak: float  # bytes/s through the busiest link (0: no links)
+    tier: LinkTier
+
+
+def path(ctx: Build, rates: Rates | None, kind: TrafficKind, key: TierKey) -> Path:
+    """The :class:`Path` of ``rates`` for traffic ``kind`` keyed ``key`` (see :meth:`sim.routes.Routes.tier`)."""
+    routes = ctx.routes
+    tier = routes.tiers.get((kind, key), LinkTier.NIC) if routes is not None else LinkTier.NIC
+    return Path(rates, max(rates.values()) if rates else 0.0, tier)
+
+
+def comm(ctx: Build, base_s: float, way: Path, kind: TrafficKind, steps: float = 0.0) -> simpy.Event:
+    """A transfer of ``base_s`` seconds alone along ``way``: jittered (as its tier; its noise averages
+    over the messages of its busiest link, whose bytes are that link's nominal rate times ``base_s``;
+    a congestion episode on that tier adds its latency to each of the transfer's ``steps`` sequential
+    protocol steps), and shared on its links with contention."""
     perturb = ctx.perturb
     if perturb is not None:
-        routes = ctx.routes
-        # routes.tier(kind, key), inlined (once per transfer of a jittered run)
-        tier = routes.tiers.get((kind, key), LinkTier.NIC) if routes is not None else LinkTier.NIC
-        base_s *= perturb.comm_factor(kind, tier, max(rates.values()) * base_s if rates else 0.0)
+        base_s *= perturb.comm_factor(kind, way.tier, way.peak * base_s)
         if steps and ctx.step_latency:
-            base_s += steps * ctx.step_latency.get(tier, 0.0)
-    if ctx.opts.contention and rates:
+            base_s += steps * ctx.step_latency.get(way.tier, 0.0)
+    rates = way.rates
+    if rates and ctx.opts.contention:
         return ctx.net.transfer_rates(base_s, rates, kind, sole_waiter=True)
     return ctx.env.timeout(base_s)
 
@@ -83,15 +96,18 @@ class Lane:
     table: StepTable
     tally: Tally
     track: int | None  # recorder track code; None: not recorded
-    mp_rates: Rates | None
-    cp_rates: Rates | None
+    mp: Path
+    cp: Path
+    p2p: dict[int, Path]  # destination stage -> the way there (filled on first send)
+    compute_factor: Callable[[int, int], float] | None  # the run's perturbation's; None: unperturbed
     rendezvous: bool  # P2P sends wait for the posted receive (see Build.rendezvous)
     bucketed: bool  # its stage's gradients go through the bucketed DP collective
     n_buckets: int
     releases: tuple[tuple[float, int], ...]  # see _releases
 
-    def factor(self, ctx: Build) -> float:
-        return 1.0 if ctx.perturb is None else ctx.perturb.compute_factor(self.stage, self.replica)
+    def factor(self) -> float:
+        f = self.compute_factor
+        return 1.0 if f is None else f(self.stage, self.replica)
 
     def span(self, ctx: Build, name: str, cat: str, start_s: float, end_s: float) -> None:
         if self.track is not None and ctx.recorder is not None:
@@ -103,8 +119,10 @@ def _lane(ctx: Build, s: int, r: int) -> Lane:
     bucketed = ctx.opts.bucketed_dp and ctx.syncs_gradients and bool(st.dp_bucket_s)
     return Lane(stage=s, replica=r, table=ctx.tables[s], tally=ctx.tallies[s, r],
                 track=ctx.recorder.replica(s, r) if ctx.recorder is not None else None,
-                mp_rates=ctx.routes.mp.get((s, r)) if ctx.routes else None,
-                cp_rates=ctx.routes.cp.get((s, r)) if ctx.routes else None, rendezvous=ctx.rendezvous,
+                mp=path(ctx, ctx.routes.mp.get((s, r)) if ctx.routes else None, MP, s),
+                cp=path(ctx, ctx.routes.cp.get((s, r)) if ctx.routes else None, CP, s), p2p={},
+                compute_factor=ctx.perturb.compute_factor if ctx.perturb is not None else None,
+                rendezvous=ctx.rendezvous,
                 bucketed=bucketed, n_buckets=len(st.dp_bucket_s) if bucketed else 0,
                 releases=_releases(st.dp_bucket_ready, len(st.dp_bucket_s), ctx.opts.overlap_dp) if bucketed
                 else ((1.0, 0),))
@@ -131,13 +149,13 @@ def stage_process(env: simpy.Environment, ctx: Build, stage: int, replica: int, 
         if sc.plain and not (i == last and lane.bucketed):
             # compute_step's common case inlined (no CP, FSDP or host time; no buckets to release)
             t0 = env.now
-            yield env.timeout(sc.compute_s * lane.factor(ctx))
+            yield env.timeout(sc.compute_s * lane.factor())
             t1 = env.now
             lane.tally.compute += t1 - t0
             if lane.track is not None:
                 _record_compute(ctx, lane, step, sc, t0, t1)
             if sc.mp_s > 0:
-                yield comm(ctx, sc.mp_s, lane.mp_rates, MP, stage, sc.mp_steps)
+                yield comm(ctx, sc.mp_s, lane.mp, MP, sc.mp_steps)
                 lane.tally.mp += env.now - t1
                 if lane.track is not None:
                     lane.span(ctx, f"MP all-reduce {step.kind}{step.micro}", "mp", t1, env.now)
@@ -155,7 +173,26 @@ def stage_process(env: simpy.Environment, ctx: Build, stage: int, replica: int, 
         if rendezvous and i < last:
             posted_ahead = post_next_receive(env, ctx, lane, step, steps[i + 1])
         if sc.dest is not None:
-            yield from p2p_send(env, ctx, lane, step, sc, sc.dest)
+            # Send the output to (stage, chunk) sc.dest. NCCL send/recv is a rendezvous: the transfer
+            # starts once the receiver has posted its receive; until then the sender waits (exposed P2P).
+            # Inline (not a sub-generator): one per step of every replica.
+            ds, dc = sc.dest
+            key = (ds, replica, step.kind, step.micro, dc)
+            tally = lane.tally
+            if rendezvous:
+                t1 = env.now
+                yield meet(env, posted, key)
+                tally.pp += env.now - t1
+                tally.pp_wait += env.now - t1
+                if lane.track is not None:
+                    lane.span(ctx, f"P2P wait {step.kind}{step.micro}", "pp_wait", t1, env.now)
+            if sc.p2p_s > 0:
+                t1 = env.now
+                yield p2p_transfer(ctx, lane, sc.p2p_s, ds)
+                tally.pp += env.now - t1
+                if lane.track is not None:
+                    lane.span(ctx, f"P2P {step.kind}{step.micro}", "pp", t1, env.now)
+            meet(env, mailbox, key).succeed()
     t = lane.tally
     # Waiting for a receiver is blocked in a send (exposed P2P) but moves no data: a bubble. FSDP's
     # gathers and reduce-scatters inside the steps are the step's own work, as the MP and CP
@@ -197,7 +234,7 @@ def compute_step(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, sc:
     for frac, upto in releases:
         share = frac - done
         done = frac
-        yield env.timeout(sc.compute_s * lane.factor(ctx) * share)
+        yield env.timeout(sc.compute_s * lane.factor() * share)
         if overlap is not None and overlap.lost_s > paid:
             owed, paid = overlap.lost_s - paid, overlap.lost_s
             yield env.timeout(owed)
@@ -206,19 +243,19 @@ def compute_step(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, sc:
         if lane.track is not None:
             _record_compute(ctx, lane, step, sc, t0, t1)
         if sc.mp_s > 0:
-            yield comm(ctx, sc.mp_s * share, lane.mp_rates, MP, lane.stage, sc.mp_steps * share)
+            yield comm(ctx, sc.mp_s * share, lane.mp, MP, sc.mp_steps * share)
             tally.mp += env.now - t1
             if lane.track is not None:
                 lane.span(ctx, f"MP all-reduce {step.kind}{step.micro}", "mp", t1, env.now)
         if sc.cp_s > 0:  # the K/V ring's sends the attention did not hide
             t2 = env.now
-            yield comm(ctx, sc.cp_s * share, lane.cp_rates, CP, lane.stage)
+            yield comm(ctx, sc.cp_s * share, lane.cp, CP)
             tally.cp += env.now - t2
             if lane.track is not None:
                 lane.span(ctx, f"CP ring {step.kind}{step.micro}", "cp", t2, env.now)
         if sc.fsdp_s > 0:  # FSDP2's exposed all-gathers and reduce-scatters (the ZeRO-3 gather)
             t2 = env.now
-            yield comm(ctx, sc.fsdp_s * share, None, DP_AG, lane.stage)
+            yield comm(ctx, sc.fsdp_s * share, path(ctx, None, DP_AG, lane.stage), DP_AG)
             tally.dp_allgather += env.now - t2
             if lane.track is not None:
                 lane.span(ctx, f"FSDP {step.kind}{step.micro}", "dp_allgather", t2, env.now)
@@ -280,33 +317,16 @@ def post_next_receive(env: simpy.Environment, ctx: Build, lane: Lane, step: Step
     return False
 
 
-def p2p_send(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, sc: StepCost,
-             dest: tuple[int, int]) -> Process:
-    """Send the step's output to ``dest`` (stage, chunk). NCCL send/recv is a rendezvous: the
-    transfer starts once the receiver has posted its receive; until then the sender waits
-    (exposed P2P)."""
-    ds, dc = dest
-    s, r, tally = lane.stage, lane.replica, lane.tally
-    key = (ds, r, step.kind, step.micro, dc)
-    if lane.rendezvous:
-        t1 = env.now
-        yield meet(env, ctx.posted, key)
-        tally.pp += env.now - t1
-        tally.pp_wait += env.now - t1
-        if lane.track is not None:
-            lane.span(ctx, f"P2P wait {step.kind}{step.micro}", "pp_wait", t1, env.now)
-    if sc.p2p_s > 0:
-        t1 = env.now
-        if ctx.opts.p2p_transfers:
-            routes = ctx.routes
-            rates = routes.p2p.get((s, ds, r)) if routes else None
-            yield comm(ctx, sc.p2p_s, rates, PP, (s, ds), 1.0)
-        else:
-            yield env.timeout(sc.p2p_s)
-        tally.pp += env.now - t1
-        if lane.track is not None:
-            lane.span(ctx, f"P2P {step.kind}{step.micro}", "pp", t1, env.now)
-    meet(env, ctx.mailbox, key).succeed()
+def p2p_transfer(ctx: Build, lane: Lane, base_s: float, dest_stage: int) -> simpy.Event:
+    """The P2P transfer of ``base_s`` seconds alone from the lane's stage to ``dest_stage``."""
+    if not ctx.opts.p2p_transfers:
+        return ctx.env.timeout(base_s)
+    way = lane.p2p.get(dest_stage)
+    if way is None:
+        routes, s = ctx.routes, lane.stage
+        rates = routes.p2p.get((s, dest_stage, lane.replica)) if routes else None
+        way = lane.p2p[dest_stage] = path(ctx, rates, PP, (s, dest_stage))
+    return comm(ctx, base_s, way, PP, 1.0)
 
 
 def gradient_sync(env: simpy.Environment, ctx: Build, lane: Lane) -> Process:
@@ -319,7 +339,7 @@ def gradient_sync(env: simpy.Environment, ctx: Build, lane: Lane) -> Process:
     elif ctx.opts.bucketed_dp or st.dp_allreduce_s <= 0:
         pass  # dp == 1: nothing to reduce
     else:
-        yield comm(ctx, st.dp_allreduce_s, None, DP_AR, s)
+        yield comm(ctx, st.dp_allreduce_s, path(ctx, None, DP_AR, s), DP_AR)
         lane.span(ctx, "DP all-reduce", "dp_allreduce", t1, env.now)
     t_ar = env.now
     ctx.synced.arrive()
@@ -338,7 +358,7 @@ def update(env: simpy.Environment, ctx: Build, lane: Lane) -> Process:
     st = ctx.costs.stages[s]
     t2 = env.now
     if ctx.opts.bucketed_dp:
-        yield env.timeout((st.optimizer_s + st.grad_accum_s) * lane.factor(ctx) + st.host_update_s)
+        yield env.timeout((st.optimizer_s + st.grad_accum_s) * lane.factor() + st.host_update_s)
         t3 = env.now
         tally.optimizer = t3 - t2
         lane.span(ctx, "optimizer", "optimizer", t2, t3)
@@ -375,7 +395,7 @@ def dp_allreduce_process(env: simpy.Environment, ctx: Build, s: int) -> Process:
         # (interference_dp), and for as long as it runs the compute does 1/interference_compute of
         # its work, a loss the backward pays (Overlap.lost_s; see compute_step).
         overlapped = on and sync.overlap.computing > 0
-        yield comm(ctx, base * (st.interference_dp if overlapped else 1.0), rates, DP_AR, s)
+        yield comm(ctx, base * (st.interference_dp if overlapped else 1.0), path(ctx, rates, DP_AR, s), DP_AR)
         if overlapped:
             sync.overlap.lost_s += (env.now - t0) * (1.0 - 1.0 / st.interference_compute)
         if track is not None and ctx.recorder is not None:
@@ -392,7 +412,7 @@ def dp_allgather_process(env: simpy.Environment, ctx: Build, s: int) -> Process:
     t0 = env.now
     routes = ctx.routes
     rates = routes.dp_ag.get(s) if routes else None
-    yield comm(ctx, ctx.costs.stages[s].dp_allgather_s, rates, DP_AG, s)
+    yield comm(ctx, ctx.costs.stages[s].dp_allgather_s, path(ctx, rates, DP_AG, s), DP_AG)
     track = _collectives_track(ctx, s)
     if track is not None and ctx.recorder is not None:
         ctx.recorder.span(track, "all-gather", "dp_allgather", t0, env.now)
