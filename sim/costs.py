@@ -221,10 +221,17 @@ def _interference_size_note(model: DurationModel, sizes: Sequence[float], notes:
     if outside:
         assert measured is not None
         lo, hi = measured
-        mib = 2.0**20
+        small, large = _mib(min(outside)), _mib(max(outside))
+        beside = f"a collective of {small} MiB" if small == large else f"collectives of {small}-{large} MiB"
         notes.append(f"profile {getattr(model, 'name', '?')!r}: compute-communication interference beside "
-                     f"collectives of {min(outside) / mib:.3g}-{max(outside) / mib:.3g} MiB is priced at the nearest "
-                     f"measured size's factors (interference.json measured {lo / mib:.3g}-{hi / mib:.3g} MiB)")
+                     f"{beside} is priced at the nearest measured size's factors (interference.json measured "
+                     f"{_mib(lo)}-{_mib(hi)} MiB)")
+
+
+def _mib(nbytes: float) -> str:
+    """Bytes as MiB for a note: three significant digits, whole MiB with separators from 1,000."""
+    m = nbytes / 2.0**20
+    return f"{m:,.0f}" if m >= 1000 else f"{m:.3g}"
 
 
 class _ComputeSlowdown(Protocol):
@@ -495,6 +502,7 @@ def build_costs(
     # the sizes of the collectives that overlap compute
     mp_after: list[dict[tuple[str, OpKind], float]] = []
     copies: dict[int, FSDPCopies] = {}
+    overlapped: list[float] = []  # every stage's: one note for the run
     for p in plans:
         after: dict[tuple[str, OpKind], float] = {}
         for pass_, kind, entries, count in p.issue_mp:
@@ -504,11 +512,11 @@ def build_costs(
         s = p.index
         if s in fsdp_pass:
             copies[s] = fsdp_copies(p, upd[fsdp_pass[s]], model, notes)
-        overlapped = [float(c.bytes) for c in fsdp_colls.get(s, ())[:1]] + \
+        overlapped += [float(c.bytes) for c in fsdp_colls.get(s, ())[:1]] + \
             [float(c.bytes) for c in cp_send.get(s, ())]
         if dp_ar[s]:
             overlapped.append(sum(float(c.bytes) for c in dp_ar[s]) / len(dp_ar[s]))  # _interference's mean
-        _interference_size_note(model, overlapped, notes)
+    _interference_size_note(model, overlapped, notes)
 
     im = getattr(model, "interference", None)  # the profile's measured interference, if any
     cap: _PowerCap | None = getattr(model, "power_cap", None) if power_cap else None

@@ -275,8 +275,11 @@ def test_a_collective_beyond_the_measured_sizes_is_a_note():
     _interference_size_note(model, [32 * 2**20], notes)
     assert notes == []
     _interference_size_note(model, [1024 * 2**20, 32 * 2**20, 2**20], notes)
-    assert notes == ["profile 'p': compute-communication interference beside collectives of 1-1.02e+03 MiB is "
+    assert notes == ["profile 'p': compute-communication interference beside collectives of 1-1,024 MiB is "
                      "priced at the nearest measured size's factors (interference.json measured 4-256 MiB)"]
+    _interference_size_note(model, [1024 * 2**20, 1024 * 2**20], notes)  # one size: said once
+    assert notes[-1].startswith("profile 'p': compute-communication interference beside a collective of 1,024 MiB "
+                                "is priced")
     assert itf.InterferenceModel({"gemm": 1.1, "attention": 1.05, "memory": 1.1},
                                           {"all": 1.5, "gemm": 1.4, "attention": 1.3,
                                            "memory": 2.0}).measured_sizes() is None
