@@ -183,7 +183,7 @@ def sobol_points(n: int, seed: int) -> list[tuple[int, int, int, int, int, int]]
 
 #: the broad box (``--box broad``, issue 9): the shapes trained today, beyond the paper's box
 BROAD_B = (1, 2, 4, 8, 16, 32, 64)
-BROAD_KINDS = tuple(k for k in (*MEGATRON_KINDS, *OPT_IN_KINDS)
+BROAD_KINDS = tuple(k for k in (*MEGATRON_KINDS, *OPT_IN_KINDS, *HF_KINDS)
                     # the unfused attention kinds hold b*h*l*l scores: flash attention at long sequences
                     if k not in (OpKind.BADDBMM, OpKind.BMM, OpKind.SOFTMAX, OpKind.FUSED_SOFTMAX, OpKind.FILLMASK,
                                  OpKind.ATTN_DROPOUT))
@@ -195,7 +195,11 @@ def broad_ops(n: int, seed: int, kinds: Sequence[OpKind]) -> list[Op]:
     256-32768 (log-uniform, a multiple of 256), micro-batch 1-64, head dim 64 or 128, key/value heads
     1..h (GQA), MLP width 2.5-4 d (SwiGLU's 8/3 d and LLaMA's 3.5 d inside), vocabulary 32k-256k, mp
     1-8; the tokens b*l capped so that a GEMM call stays under :data:`BROAD_MAX_FLOPS` (a hidden size
-    of 16384 is measured at fewer tokens, which its efficiency does not need)."""
+    of 16384 is measured at fewer tokens, which its efficiency does not need).
+
+    The Hugging Face kinds (``hf_*``: GPT-NeoX on one GPU) take the same point's b, l, d, h and
+    vocabulary at mp = 1 (their model has a 4d MLP and as many key/value heads as heads), their
+    tokens capped the same way for their own widest GEMM."""
     from scipy.stats import qmc
 
     if n <= 0:
@@ -216,14 +220,15 @@ def broad_ops(n: int, seed: int, kinds: Sequence[OpKind]) -> list[Op]:
             kv //= 2
         f = 256 * round(d * (2.5 + 1.5 * uf) / 256)
         v = 1024 * round(32 + uv * 224)  # 32k .. 256k
-        widest = max(3 * d, f, v) / mp
-        while b * l > 256 and 2.0 * b * l * d * widest > BROAD_MAX_FLOPS:
-            if b > 1:
-                b //= 2
-            else:
-                l //= 2
+        hb, hl = _capped(b, l, d, max(4 * d, v))  # before the Megatron kinds' cap: from the point's own b, l
+        b, l = _capped(b, l, d, max(3 * d, f, v) / mp)  # noqa: E741
         for kind in kinds:
-            if kind in FP8_CAST_KINDS:
+            if kind in HF_KINDS:
+                if kind in (OpKind.HF_OPTIMIZER, OpKind.HF_GRAD_ACCUM):
+                    out.append(Op(kind, d=d, v=v, layers=1 + int(uv * 8), mp=1))
+                else:
+                    out.append(Op(kind, b=hb, l=hl, d=d, h=h, mp=1, v=v))
+            elif kind in FP8_CAST_KINDS:
                 out.extend(Op(kind, b=b, l=l, d=w) for w in fp8_cast_widths(d, mp, f, d + 2 * max(kv, mp) * hd))
             elif kind.is_optimizer:
                 out.append(Op(kind, d=d, mp=mp, layers=1 + int(uv * 8)))
@@ -231,6 +236,17 @@ def broad_ops(n: int, seed: int, kinds: Sequence[OpKind]) -> list[Op]:
                 gqa = kind in (OpKind.LINEAR1, OpKind.FP8_LINEAR1) and kv != h  # only the QKV GEMM sees kv
                 out.append(Op(kind, b=b, l=l, d=d, h=h, mp=mp, v=v, f=f, kv=kv if gqa else 0))
     return out
+
+
+def _capped(b: int, l: int, d: int, widest: float) -> tuple[int, int]:  # noqa: E741
+    """(b, l) halved, b first, until a GEMM of ``b*l`` tokens by d by ``widest`` stays under
+    :data:`BROAD_MAX_FLOPS` (never below 256 tokens)."""
+    while b * l > 256 and 2.0 * b * l * d * widest > BROAD_MAX_FLOPS:
+        if b > 1:
+            b //= 2
+        else:
+            l //= 2  # noqa: E741
+    return b, l
 
 
 def config_ops(configs: Iterable[tuple[ModelSpec, TrainingSpec, Parallelism]]) -> list[tuple[Op, Direction]]:
