@@ -55,7 +55,7 @@ def meet(env: simpy.Environment, box: dict[MessageKey, simpy.Event], key: Messag
 
 
 @dataclass(frozen=True, slots=True)
-class Path:
+class Way:
     """A transfer's way through the network, looked up once: its nominal rate per link (None: not on
     the link model), the busiest link's rate and the tier whose noise it takes."""
 
@@ -64,14 +64,14 @@ class Path:
     tier: LinkTier
 
 
-def path(ctx: Build, rates: Rates | None, kind: TrafficKind, key: TierKey) -> Path:
-    """The :class:`Path` of ``rates`` for traffic ``kind`` keyed ``key`` (see :meth:`sim.routes.Routes.tier`)."""
+def way_of(ctx: Build, rates: Rates | None, kind: TrafficKind, key: TierKey) -> Way:
+    """The :class:`Way` of ``rates`` for traffic ``kind`` keyed ``key`` (see :meth:`sim.routes.Routes.tier`)."""
     routes = ctx.routes
     tier = routes.tiers.get((kind, key), LinkTier.NIC) if routes is not None else LinkTier.NIC
-    return Path(rates, max(rates.values()) if rates else 0.0, tier)
+    return Way(rates, max(rates.values()) if rates else 0.0, tier)
 
 
-def comm(ctx: Build, base_s: float, way: Path, kind: TrafficKind, steps: float = 0.0) -> simpy.Event:
+def comm(ctx: Build, base_s: float, way: Way, kind: TrafficKind, steps: float = 0.0) -> simpy.Event:
     """A transfer of ``base_s`` seconds alone along ``way``: jittered (as its tier; its noise averages
     over the messages of its busiest link, whose bytes are that link's nominal rate times ``base_s``;
     a congestion episode on that tier adds its latency to each of the transfer's ``steps`` sequential
@@ -96,9 +96,9 @@ class Lane:
     table: StepTable
     tally: Tally
     track: int | None  # recorder track code; None: not recorded
-    mp: Path
-    cp: Path
-    p2p: dict[int, Path]  # destination stage -> the way there (filled on first send)
+    mp: Way
+    cp: Way
+    p2p: dict[int, Way]  # destination stage -> the way there (filled on first send)
     compute_factor: Callable[[int, int], float] | None  # the run's perturbation's; None: unperturbed
     rendezvous: bool  # P2P sends wait for the posted receive (see Build.rendezvous)
     bucketed: bool  # its stage's gradients go through the bucketed DP collective
@@ -119,8 +119,8 @@ def _lane(ctx: Build, s: int, r: int) -> Lane:
     bucketed = ctx.opts.bucketed_dp and ctx.syncs_gradients and bool(st.dp_bucket_s)
     return Lane(stage=s, replica=r, table=ctx.tables[s], tally=ctx.tallies[s, r],
                 track=ctx.recorder.replica(s, r) if ctx.recorder is not None else None,
-                mp=path(ctx, ctx.routes.mp.get((s, r)) if ctx.routes else None, MP, s),
-                cp=path(ctx, ctx.routes.cp.get((s, r)) if ctx.routes else None, CP, s), p2p={},
+                mp=way_of(ctx, ctx.routes.mp.get((s, r)) if ctx.routes else None, MP, s),
+                cp=way_of(ctx, ctx.routes.cp.get((s, r)) if ctx.routes else None, CP, s), p2p={},
                 compute_factor=ctx.perturb.compute_factor if ctx.perturb is not None else None,
                 rendezvous=ctx.rendezvous,
                 bucketed=bucketed, n_buckets=len(st.dp_bucket_s) if bucketed else 0,
@@ -255,7 +255,7 @@ def compute_step(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, sc:
                 lane.span(ctx, f"CP ring {step.kind}{step.micro}", "cp", t2, env.now)
         if sc.fsdp_s > 0:  # FSDP2's exposed all-gathers and reduce-scatters (the ZeRO-3 gather)
             t2 = env.now
-            yield comm(ctx, sc.fsdp_s * share, path(ctx, None, DP_AG, lane.stage), DP_AG)
+            yield comm(ctx, sc.fsdp_s * share, way_of(ctx, None, DP_AG, lane.stage), DP_AG)
             tally.dp_allgather += env.now - t2
             if lane.track is not None:
                 lane.span(ctx, f"FSDP {step.kind}{step.micro}", "dp_allgather", t2, env.now)
@@ -325,7 +325,7 @@ def p2p_transfer(ctx: Build, lane: Lane, base_s: float, dest_stage: int) -> simp
     if way is None:
         routes, s = ctx.routes, lane.stage
         rates = routes.p2p.get((s, dest_stage, lane.replica)) if routes else None
-        way = lane.p2p[dest_stage] = path(ctx, rates, PP, (s, dest_stage))
+        way = lane.p2p[dest_stage] = way_of(ctx, rates, PP, (s, dest_stage))
     return comm(ctx, base_s, way, PP, 1.0)
 
 
@@ -339,7 +339,7 @@ def gradient_sync(env: simpy.Environment, ctx: Build, lane: Lane) -> Process:
     elif ctx.opts.bucketed_dp or st.dp_allreduce_s <= 0:
         pass  # dp == 1: nothing to reduce
     else:
-        yield comm(ctx, st.dp_allreduce_s, path(ctx, None, DP_AR, s), DP_AR)
+        yield comm(ctx, st.dp_allreduce_s, way_of(ctx, None, DP_AR, s), DP_AR)
         lane.span(ctx, "DP all-reduce", "dp_allreduce", t1, env.now)
     t_ar = env.now
     ctx.synced.arrive()
@@ -395,7 +395,7 @@ def dp_allreduce_process(env: simpy.Environment, ctx: Build, s: int) -> Process:
         # (interference_dp), and for as long as it runs the compute does 1/interference_compute of
         # its work, a loss the backward pays (Overlap.lost_s; see compute_step).
         overlapped = on and sync.overlap.computing > 0
-        yield comm(ctx, base * (st.interference_dp if overlapped else 1.0), path(ctx, rates, DP_AR, s), DP_AR)
+        yield comm(ctx, base * (st.interference_dp if overlapped else 1.0), way_of(ctx, rates, DP_AR, s), DP_AR)
         if overlapped:
             sync.overlap.lost_s += (env.now - t0) * (1.0 - 1.0 / st.interference_compute)
         if track is not None and ctx.recorder is not None:
@@ -412,7 +412,7 @@ def dp_allgather_process(env: simpy.Environment, ctx: Build, s: int) -> Process:
     t0 = env.now
     routes = ctx.routes
     rates = routes.dp_ag.get(s) if routes else None
-    yield comm(ctx, ctx.costs.stages[s].dp_allgather_s, path(ctx, rates, DP_AG, s), DP_AG)
+    yield comm(ctx, ctx.costs.stages[s].dp_allgather_s, way_of(ctx, rates, DP_AG, s), DP_AG)
     track = _collectives_track(ctx, s)
     if track is not None and ctx.recorder is not None:
         ctx.recorder.span(track, "all-gather", "dp_allgather", t0, env.now)

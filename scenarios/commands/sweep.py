@@ -97,10 +97,9 @@ def run(args: argparse.Namespace) -> int:
                             top=top, jobs=args.jobs, dask=args.dask, progress=bar.update,
                             reference_data=args.reference_data, cache_dir=args.cache_dir, check=check)
     # every layout keeps the global batch, so they all take the same iterations: the best is the fastest to train
-    best = res.rows[0] if res.rows else None
+    best = res.best  # the fastest simulated layout that fits (None: none does, and no run is priced)
     run_time = (None if tokens is None or best is None else
-                time_to_train(base, best.simulated_s, tokens, f"best layout's ({best.layout}) "
-                              + ("simulated" if best.simulated else "Eq. 7")))
+                time_to_train(base, best.simulated_s, tokens, f"best layout's ({best.layout}) simulated"))
     if args.json:
         d = res.to_dict(top=args.top)
         if run_time is not None:
