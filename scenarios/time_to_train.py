@@ -94,8 +94,11 @@ class TimeToTrain:
                 f"{self.nodes:,} nodes); {LEFT_OUT}")
 
 
-def time_to_train(scenario: Any, iteration_s: float, tokens: float, basis: str) -> TimeToTrain:
-    """The run of ``tokens`` tokens of ``scenario`` (a :class:`scenarios.schema.Scenario`)."""
+def time_to_train(scenario: Any, iteration_s: float, tokens: float | str, basis: str) -> TimeToTrain:
+    """The run of ``tokens`` tokens (a number, or text such as ``"2T"``) of ``scenario`` (a
+    :class:`scenarios.schema.Scenario`)."""
+    if isinstance(tokens, str):
+        tokens = parse_token_count(tokens, "tokens")
     return TimeToTrain(tokens=tokens, tokens_per_iteration=scenario.tokens_per_iteration, iteration_s=iteration_s,
                        gpus=scenario.gpus, gpus_per_node=scenario.cluster.gpus_per_node, basis=basis)
 

@@ -98,6 +98,7 @@ class Lane:
     track: int | None  # recorder track code; None: not recorded
     mp: Way
     cp: Way
+    fsdp: Way  # FSDP2's in-step gathers and reduce-scatters (off the link model)
     p2p: dict[int, Way]  # destination stage -> the way there (filled on first send)
     compute_factor: Callable[[int, int], float] | None  # the run's perturbation's; None: unperturbed
     rendezvous: bool  # P2P sends wait for the posted receive (see Build.rendezvous)
@@ -120,7 +121,8 @@ def _lane(ctx: Build, s: int, r: int) -> Lane:
     return Lane(stage=s, replica=r, table=ctx.tables[s], tally=ctx.tallies[s, r],
                 track=ctx.recorder.replica(s, r) if ctx.recorder is not None else None,
                 mp=way_of(ctx, ctx.routes.mp.get((s, r)) if ctx.routes else None, MP, s),
-                cp=way_of(ctx, ctx.routes.cp.get((s, r)) if ctx.routes else None, CP, s), p2p={},
+                cp=way_of(ctx, ctx.routes.cp.get((s, r)) if ctx.routes else None, CP, s),
+                fsdp=way_of(ctx, None, DP_AG, s), p2p={},
                 compute_factor=ctx.perturb.compute_factor if ctx.perturb is not None else None,
                 rendezvous=ctx.rendezvous,
                 bucketed=bucketed, n_buckets=len(st.dp_bucket_s) if bucketed else 0,
@@ -255,7 +257,7 @@ def compute_step(env: simpy.Environment, ctx: Build, lane: Lane, step: Step, sc:
                 lane.span(ctx, f"CP ring {step.kind}{step.micro}", "cp", t2, env.now)
         if sc.fsdp_s > 0:  # FSDP2's exposed all-gathers and reduce-scatters (the ZeRO-3 gather)
             t2 = env.now
-            yield comm(ctx, sc.fsdp_s * share, way_of(ctx, None, DP_AG, lane.stage), DP_AG)
+            yield comm(ctx, sc.fsdp_s * share, lane.fsdp, DP_AG)
             tally.dp_allgather += env.now - t2
             if lane.track is not None:
                 lane.span(ctx, f"FSDP {step.kind}{step.micro}", "dp_allgather", t2, env.now)

@@ -264,10 +264,11 @@ def test_shipped_h200_profile_is_the_measured_tables_unchanged():
     dropout = [REPO / "validation" / "fused_kernels_h200" / "attn_dropout" / d / "compute.csv"
                for d in ("attn_dropout_paper", "attn_dropout_more")]
     broad_hf = REPO / "validation" / "broad_hf_h200_machineCX" / "compute.csv"
+    later = (*cast_transpose, softmax, *dropout, broad_hf)  # appended whole, less their headers
     replaced = (b"fp8_cast_fused,", b"fused_softmax,")
     assert (SHIPPED / "compute.csv").read_bytes() == b"".join(
         line for line in body.splitlines(keepends=True) if not line.startswith(replaced)) + b"".join(
-        h.read_bytes().split(b"\n", 1)[1] for h in (*cast_transpose, softmax, *dropout, broad_hf))
+        h.read_bytes().split(b"\n", 1)[1] for h in later)
     assert (SHIPPED / "launch.json").read_bytes() == \
         (REPO / "validation" / "broad_h200" / "a" / "launch_first_call.json").read_bytes()
     meta = json.loads((SHIPPED / "meta.json").read_text())
@@ -275,8 +276,7 @@ def test_shipped_h200_profile_is_the_measured_tables_unchanged():
         ("NVIDIA H200", "2.28.9", "2.11.0+cu130", "580.159.04")
     assert "compute_transfer_from" not in meta and meta["samples"] == sum(
         1 for h in halves for line in open(h) if not line.startswith(("fp8_cast_fused,", "fused_softmax,"))
-    ) - len(halves) + sum(1 for h in (*cast_transpose, softmax, *dropout, broad_hf) for _ in open(h)) \
-        - len(cast_transpose) - 4
+    ) - len(halves) + sum(1 for h in later for _ in open(h)) - len(later)
     # what was not measured on the H200 is borrowed from the H100's host, and the meta says so; the
     # interference is its own: the fit of the probe's rows, 4-256 MiB on machine AS and 512 MiB and
     # 1 GiB on machine BC (FSDP2's gathers of a large layer)

@@ -29,7 +29,7 @@ from trainsim.operators.errors import ConfigError
 from trainsim.scenarios.compose import FitProgress, Prediction
 from trainsim.scenarios.compose import predict as compose_predict
 from trainsim.scenarios.schema import Scenario
-from trainsim.scenarios.time_to_train import TimeToTrain, parse_token_count
+from trainsim.scenarios.time_to_train import TimeToTrain
 from trainsim.scenarios.time_to_train import time_to_train as _time_to_train
 
 if TYPE_CHECKING:
@@ -352,6 +352,4 @@ def time_to_train(scenario: ScenarioLike, iteration_s: float, tokens: float | st
     """A whole run of ``tokens`` tokens (a number, or text such as ``"2T"`` or ``"300B"``) at ``iteration_s``
     per iteration of ``scenario``: iterations, days, GPU-hours and node-hours (``trainsim run --train-tokens``).
     Steady state only: no warm-up, checkpoint saves, evaluation or restarts."""
-    sc = _scenario(scenario)
-    count = parse_token_count(tokens, "tokens") if isinstance(tokens, str) else float(tokens)
-    return _time_to_train(sc, iteration_s, count, basis)
+    return _time_to_train(_scenario(scenario), iteration_s, tokens, basis)
