@@ -112,44 +112,51 @@ def worker(index: int, start: float, args: argparse.Namespace, queue: Any) -> No
     for rnd in range(args.rounds):
         for kind in args.kernels:
             fn, work = make(torch, kind, dev)
-            fn()
-            torch.cuda.synchronize()
-            t += args.idle_s  # every GPU idles, then starts the burst at the same instant
-            time.sleep(max(0.0, t - time.time()))
-            torch.cuda._sleep(2_000_000)
-            burst = statistics.mean(sorted(timed(torch, fn, 20)[10:])[2:7])
-            t_end = t + args.sustain_s
-            samples: list[dict[str, Any]] = []
-            # NVML is read from another thread: the issuing thread keeps the GPU's queue full
-            sampler = threading.Thread(target=sample_until, args=(index, t_end, samples), daemon=True)
-            sampler.start()
-            batch = max(1, int(0.1 / burst))  # about 100 ms of work between synchronisations
-            done, mark = 0, None  # the window's throughput: its second half, from the first sync past t_mid
-            t_mid = t + args.sustain_s / 2
-            while time.time() < t_end:
-                for _ in range(batch):
-                    fn()
-                torch.cuda.synchronize()
-                done += batch
-                if mark is None and time.time() >= t_mid:
-                    mark = (time.time(), done)
-            window = (time.time() - mark[0]) / (done - mark[1]) if mark and done > mark[1] else float("nan")
-            sampler.join()
-            sustained = statistics.mean(sorted(timed(torch, fn, 20))[7:12])
-            t = t_end + 2.0  # margin for the timed runs before the next kernel
-            ok = [s for s in samples if s]
-            row = {"round": rnd, "kernel": kind, "gpu": index, "name": torch.cuda.get_device_name(index),
-                   "uuid": ok[0]["uuid"] if ok else "", "serial": ok[0]["serial"] if ok else "",
-                   "burst_s": burst, "sustained_s": sustained, "ratio": sustained / burst,
-                   "window_s": window, "window_ratio": window / burst,
-                   "burst_rate": work / burst, "sustained_rate": work / sustained,
-                   "sm_mhz_median": statistics.median(s["sm_mhz"] for s in ok) if ok else None,
-                   "power_w_median": statistics.median(s["power_w"] for s in ok) if ok else None,
-                   "temp_c_max": max(s["temp_c"] for s in ok) if ok else None, "nvml_samples": len(ok)}
-            queue.put(row)
+            row, t = measure_kernel(torch, index, fn, work, t, args.idle_s, args.sustain_s)
+            queue.put({"round": rnd, "kernel": kind, **row})
             del fn
             torch.cuda.empty_cache()
     queue.put(None)
+
+
+def measure_kernel(torch: Any, index: int, fn: Callable[[], Any], work: float, t: float, idle_s: float,
+                   sustain_s: float) -> tuple[dict[str, Any], float]:
+    """One kernel on GPU ``index``: idle until ``t + idle_s``, its burst, ``sustain_s`` seconds of continuous
+    load (NVML from another thread) and its timed runs after it. Returns the row and when the next may start."""
+    fn()
+    torch.cuda.synchronize()
+    t += idle_s  # every GPU idles, then starts the burst at the same instant
+    time.sleep(max(0.0, t - time.time()))
+    torch.cuda._sleep(2_000_000)
+    burst = statistics.mean(sorted(timed(torch, fn, 20)[10:])[2:7])
+    t_end = t + sustain_s
+    samples: list[dict[str, Any]] = []
+    # NVML is read from another thread: the issuing thread keeps the GPU's queue full
+    sampler = threading.Thread(target=sample_until, args=(index, t_end, samples), daemon=True)
+    sampler.start()
+    batch = max(1, int(0.1 / burst))  # about 100 ms of work between synchronisations
+    done, mark = 0, None  # the window's throughput: its second half, from the first sync past t_mid
+    t_mid = t + sustain_s / 2
+    while time.time() < t_end:
+        for _ in range(batch):
+            fn()
+        torch.cuda.synchronize()
+        done += batch
+        if mark is None and time.time() >= t_mid:
+            mark = (time.time(), done)
+    window = (time.time() - mark[0]) / (done - mark[1]) if mark and done > mark[1] else float("nan")
+    sampler.join()
+    sustained = statistics.mean(sorted(timed(torch, fn, 20))[7:12])
+    ok = [s for s in samples if s]
+    row = {"gpu": index, "name": torch.cuda.get_device_name(index),
+           "uuid": ok[0]["uuid"] if ok else "", "serial": ok[0]["serial"] if ok else "",
+           "burst_s": burst, "sustained_s": sustained, "ratio": sustained / burst,
+           "window_s": window, "window_ratio": window / burst,
+           "burst_rate": work / burst, "sustained_rate": work / sustained,
+           "sm_mhz_median": statistics.median(s["sm_mhz"] for s in ok) if ok else None,
+           "power_w_median": statistics.median(s["power_w"] for s in ok) if ok else None,
+           "temp_c_max": max(s["temp_c"] for s in ok) if ok else None, "nvml_samples": len(ok)}
+    return row, t_end + 2.0  # margin for the timed runs before the next kernel
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
