@@ -1,0 +1,120 @@
+"""Do the operator samples of long tensor-core kernels already carry part of the power cap?
+
+The harness (calibration/harness.py) times an operator as 10 untimed runs queued back to back, then
+10 timed runs: a kernel of t ms is timed between about 10t and 20t ms into continuous load. The
+power cap sets in within tens of milliseconds of such load (validation/throttle_onset_h200_machineAM:
+the 8192-cube GEMM ran ×1.08 slower over its first 50 ms batch). Per kernel, on one GPU:
+
+* ``clean``: one run after 2 s idle, five times (the burst the GPU gives a cold start);
+* ``harness``: 2 s idle, then the harness's protocol, 10 queued and 10 timed, the mean of the middle
+  five (calibration.harness.robust_mean);
+* ``onset``: 2 s idle, then back-to-back runs for ``--onset-s`` seconds, each timed with CUDA events
+  (its end since the load began and its duration).
+
+Kernels: GEMMs of the training shapes (tokens x hidden -> out) and a causal flash attention.
+
+    PYTHONPATH=. python validation/probe_sample_onset.py --out out/sample_onset.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from trainsim.calibration.harness import robust_mean
+
+#: name -> (M, K, N) of a bf16 GEMM, or ("attn", batch, seq, heads, head_dim)
+KERNELS: dict[str, tuple[Any, ...]] = {
+    "gemm_8192": (8192, 8192, 8192),
+    "c09_qkv": (8192, 6144, 18432),  # validation/configs.csv c09: 8192 tokens, hidden 6144
+    "c09_mlp_up": (8192, 6144, 24576),
+    "b03_qkv": (8192, 9600, 28800),  # validation/configs_broad_hf2.csv b03: 8192 tokens, hidden 9600
+    "b03_mlp_up": (8192, 9600, 38400),
+    "small_qkv": (4096, 2048, 6144),  # a paper-box layer: 4096 tokens, hidden 2048
+    "b09_attn": ("attn", 2, 16384, 44, 64),  # b09: causal flash attention, sequence 16,384
+}
+
+
+def make(torch: Any, spec: tuple[Any, ...], dev: Any) -> tuple[Callable[[], Any], float]:
+    if spec[0] == "attn":
+        _, b, s, h, hd = spec
+        q, k, v = (torch.randn(b, h, s, hd, device=dev, dtype=torch.bfloat16) for _ in range(3))
+        f = torch.nn.functional.scaled_dot_product_attention
+        return (lambda: f(q, k, v, is_causal=True)), 2.0 * b * h * s * s * hd  # causal: half of 4 b h s^2 hd
+    m, k, n = spec
+    a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    w = (torch.randn(k, n, device=dev, dtype=torch.float32) * 0.02).to(torch.bfloat16)
+    return (lambda: torch.mm(a, w)), 2.0 * m * k * n
+
+
+def timed(torch: Any, fn: Callable[[], Any], n: int) -> list[tuple[Any, Any]]:
+    events = []
+    for _ in range(n):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        events.append((s, e))
+    return events
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--kernels", type=lambda v: v.split(","), default=list(KERNELS))
+    p.add_argument("--idle-s", type=float, default=2.0)
+    p.add_argument("--onset-s", type=float, default=1.0)
+    args = p.parse_args()
+    import torch
+
+    dev = torch.device("cuda", 0)
+    with open(args.out, "a") as fh:
+        def emit(row: dict[str, Any]) -> None:
+            fh.write(json.dumps(row) + "\n")
+            fh.flush()
+
+        for name in args.kernels:
+            fn, flops = make(torch, KERNELS[name], dev)
+            fn()
+            torch.cuda.synchronize()
+            clean = []
+            for _ in range(5):
+                time.sleep(args.idle_s)
+                (s, e), = timed(torch, fn, 1)
+                e.synchronize()
+                clean.append(s.elapsed_time(e) * 1e-3)
+            time.sleep(args.idle_s)
+            for _ in range(10):
+                fn()
+            torch.cuda.synchronize()
+            ev = timed(torch, fn, 10)
+            torch.cuda.synchronize()
+            harness = robust_mean([s.elapsed_time(e) * 1e-3 for s, e in ev])
+            time.sleep(args.idle_s)
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            t_end = time.time() + args.onset_s
+            onset: list[tuple[Any, Any]] = []
+            while time.time() < t_end:
+                onset.extend(timed(torch, fn, 8))
+                onset[-1][1].synchronize()
+            trace = [(start.elapsed_time(e) * 1e-3, s.elapsed_time(e) * 1e-3) for s, e in onset]
+            row = {"kernel": name, "spec": list(KERNELS[name]), "flops": flops, "clean_s": clean,
+                   "clean_min_s": min(clean), "harness_s": harness, "harness_over_clean": harness / min(clean),
+                   "onset": trace}
+            emit(row)
+            late = [d for t, d in trace if t > 0.5 * args.onset_s]
+            c = min(clean)
+            late_x = statistics.median(late) / c if late else float("nan")
+            print(f"{name:11s} clean {c * 1e3:8.3f} ms ({flops / c / 1e12:5.0f} TFLOP/s)  harness/clean "
+                  f"x{harness / c:.3f}  late/clean x{late_x:.3f}", flush=True)
+            del fn
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
