@@ -8,7 +8,8 @@ NVML's SM clock, power and temperature read from another thread). Kernels:
 * ``gemm_<bf16|fp8>_8192``: the 8192-cube GEMM (FP8: ``torch._scaled_mm``, e4m3, per-tensor scales);
   ``gemm_bf16_8192x2048x6144``; ``copy_1gib``, ``copy_256mib``;
 * ``mix_<bf16|fp8>_c<N>``: the 8192-cube GEMM, then N copies of 256 MiB (the GEMM's share D of the
-  time set by N): what :mod:`calibration.power_cap` fits;
+  time set by N): what :mod:`calibration.power_cap` fits; ``mix_<bf16|fp8>_e<N>`` and ``gelu_256mib``: the
+  same with N GELUs over as many bytes as a copy (elementwise work with arithmetic, as a layer's is);
 * ``mix_bf16_i<N>``, ``idle_i<N>``: four GEMMs (or none), then N ms of idle GPU; ``mix_gemm_copy``.
 
 ``trainsim calibrate power`` runs :data:`FIT_KERNELS` and fits the sample folder's ``power_cap.json``;
@@ -67,6 +68,20 @@ def make(torch: Any, kind: str, dev: Any) -> tuple[Any, float]:
             torch.cuda.synchronize()
             time.sleep(n_ms * 1e-3)
         return then_idle, 4 * flops
+    if kind.startswith(("mix_bf16_e", "mix_fp8_e")):  # the GEMM, then N GELUs, each moving a 256 MiB copy's bytes
+        dtype, passes = kind[4:].split("_e")
+        gemm, flops = make(torch, f"gemm_{dtype}_8192", dev)
+        gelu, _ = make(torch, "gelu_256mib", dev)
+
+        def mix_e() -> None:
+            gemm()
+            for _ in range(int(passes)):
+                gelu()
+        return mix_e, flops
+    if kind == "gelu_256mib":  # elementwise work with arithmetic, as a layer's activations and norms are
+        src = torch.empty(1 << 27, device=dev, dtype=torch.bfloat16).normal_()
+        f = torch.nn.functional.gelu
+        return (lambda: f(src)), 2.0 * src.numel() * src.element_size()
     if kind.startswith(("mix_bf16_c", "mix_fp8_c")):
         dtype, copies = kind[4:].split("_c")
         gemm, flops = make(torch, f"gemm_{dtype}_8192", dev)
@@ -199,7 +214,7 @@ def add_arguments(p: argparse.ArgumentParser, kernels: Sequence[str] = KERNELS, 
                    help=f"seconds of continuous load per kernel (default {sustain_s:g})")
     p.add_argument("--idle-s", type=float, default=3.0, help="idle seconds before each kernel's burst")
     p.add_argument("--kernels", type=lambda v: v.split(","), default=list(kernels),
-                   help="comma-separated: " + ", ".join(KERNELS) + ", copy_256mib, mix_<bf16|fp8>_c<N>, "
+                   help="comma-separated: " + ", ".join(KERNELS) + ", copy_256mib, mix_<bf16|fp8>_c<N>, gelu_256mib, mix_<bf16|fp8>_e<N>, "
                         "mix_bf16_i<N> (four GEMMs, then N ms idle), idle_i<N> (the same without the GEMMs)")
 
 
