@@ -214,7 +214,8 @@ def add_arguments(p: argparse.ArgumentParser, kernels: Sequence[str] = KERNELS, 
                    help=f"seconds of continuous load per kernel (default {sustain_s:g})")
     p.add_argument("--idle-s", type=float, default=3.0, help="idle seconds before each kernel's burst")
     p.add_argument("--kernels", type=lambda v: v.split(","), default=list(kernels),
-                   help="comma-separated: " + ", ".join(KERNELS) + ", copy_256mib, mix_<bf16|fp8>_c<N>, gelu_256mib, mix_<bf16|fp8>_e<N>, "
+                   help="comma-separated: " + ", ".join(KERNELS) + ", copy_256mib, mix_<bf16|fp8>_c<N>, "
+                        "gelu_256mib, mix_<bf16|fp8>_e<N>, "
                         "mix_bf16_i<N> (four GEMMs, then N ms idle), idle_i<N> (the same without the GEMMs)")
 
 
