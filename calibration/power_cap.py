@@ -128,15 +128,22 @@ class PowerCapModel:
         return flops / rate if rate else 0.0
 
 
-def mix_points(rows: Sequence[dict[str, Any]]) -> list[tuple[str, float, float]]:
-    """(precision, D, g) of every mix and lone GEMM in a probe_gpu_spread.py table, per GPU and round."""
+#: the mixes' other work: the probe's copies, or GELUs over as many bytes (elementwise work with arithmetic)
+FILLERS = {"copy": ("copy_256mib", "c"), "gelu": ("gelu_256mib", "e")}
+
+
+def mix_points(rows: Sequence[dict[str, Any]], filler: str = "copy") -> list[tuple[str, float, float]]:
+    """(precision, D, g) of every mix with ``filler`` (:data:`FILLERS`) and lone GEMM in a
+    probe_gpu_spread.py table, per GPU and round."""
+    lone, tag = FILLERS[filler]
+
     def get(kind: str, rnd: int, gpu: int, field: str) -> float | None:
         hit = [r[field] for r in rows if r["kernel"] == kind and r["round"] == rnd and r["gpu"] == gpu]
         return float(hit[0]) if hit and hit[0] is not None and math.isfinite(hit[0]) else None
 
     out = []
     for rnd, gpu in sorted({(r["round"], r["gpu"]) for r in rows}):
-        cb, cw = get("copy_256mib", rnd, gpu, "burst_s"), get("copy_256mib", rnd, gpu, "window_s")
+        cb, cw = get(lone, rnd, gpu, "burst_s"), get(lone, rnd, gpu, "window_s")
         for precision in PRECISIONS:
             gb, gw = get(f"gemm_{precision}_8192", rnd, gpu, "burst_s"), get(f"gemm_{precision}_8192", rnd, gpu,
                                                                              "window_s")
@@ -146,7 +153,7 @@ def mix_points(rows: Sequence[dict[str, Any]]) -> list[tuple[str, float, float]]
             if cb is None or cw is None:
                 continue
             for n in (1, 2, 4, 8, 16):
-                mw = get(f"mix_{precision}_c{n}", rnd, gpu, "window_s")
+                mw = get(f"mix_{precision}_{tag}{n}", rnd, gpu, "window_s")
                 if mw is not None:
                     out.append((precision, gb / (gb + n * cb), (mw - n * cw) / gb))
     return out
@@ -157,7 +164,8 @@ def fit_curve(points: Iterable[tuple[float, float]]) -> Curve:
     where a lower D measured slower: the burst's own noise, about 2 %), never under 1; below the
     lowest D the first segment is extended down to g = 1 (where the data say nothing, the nearest
     measured slope)."""
-    pts = sorted((round(d / 0.02) * 0.02, g) for d, g in points)
+    raw = list(points)
+    pts = sorted((round(d / 0.02) * 0.02, g) for d, g in raw)
     if len({d for d, _ in pts}) < 2:
         raise ConfigError(POWER_FILE, "need points at two shares D at least to draw the curve")
     bins: list[list[float]] = []  # [D, sum g, n]
@@ -171,12 +179,18 @@ def fit_curve(points: Iterable[tuple[float, float]]) -> Curve:
     blocks: list[tuple[float, float, list[float]]] = [(b[1], b[2], [b[0]]) for b in bins]
     i = 0
     while i < len(blocks) - 1:
-        if blocks[i][0] / blocks[i][1] > blocks[i + 1][0] / blocks[i + 1][1]:
+        if blocks[i][0] / blocks[i][1] >= blocks[i + 1][0] / blocks[i + 1][1]:  # level parts are one block
             a, b = blocks[i], blocks.pop(i + 1)
             blocks[i] = (a[0] + b[0], a[1] + b[1], a[2] + b[2])
             i = max(0, i - 1)
         else:
             i += 1
+    if len(blocks) == 1:  # flat where measured (an elementwise filler keeps the GPU at its cap): from the
+        # lowest share measured to 1 at that level, and down to no slowdown at D = 0, where the GPU computes nothing
+        g = max(1.0, blocks[0][0] / blocks[0][1])
+        low = min(d for d, _ in raw)
+        flat = [(0.0, 1.0), (low, g)] + ([(1.0, g)] if low < 1.0 else [])
+        return Curve(tuple((round(d, 3), round(v, 4)) for d, v in flat))
     knots = [(float(np.mean(ds)), max(1.0, total / count)) for total, count, ds in blocks]
     (d1, g1), (d2, g2) = knots[0], knots[1]
     if g1 > 1.0:  # extend the lowest segment down to no slowdown
@@ -224,8 +238,10 @@ def gpu_spread(rows: Sequence[dict[str, Any]]) -> tuple[float, int]:
     return (math.sqrt(squares / dof), len(gpus)) if dof else (0.0, len(gpus))
 
 
-def fit_power_cap(paths: Sequence[str]) -> dict[str, Any]:
-    """The ``power_cap.json`` record of the probe tables at ``paths`` (one GPU kind)."""
+def fit_power_cap(paths: Sequence[str], filler: str = "copy") -> dict[str, Any]:
+    """The ``power_cap.json`` record of the probe tables at ``paths`` (one GPU kind): each precision's
+    curve from its mixes with ``filler`` (:data:`FILLERS`; a precision without them keeps its copy
+    mixes')."""
     rows: list[dict[str, Any]] = []
     for p in paths:
         try:
@@ -236,9 +252,15 @@ def fit_power_cap(paths: Sequence[str]) -> dict[str, Any]:
     if len(names) != 1:
         raise ConfigError("power cap", f"the tables must come from one GPU kind, got {names}")
     points: dict[str, list[tuple[float, float]]] = {}
-    for path in paths:
-        for precision, d, g in mix_points([r for r in rows if r["source"] == path]):
-            points.setdefault(precision, []).append((round(d, 4), round(g, 4)))
+    fillers: dict[str, str] = {}
+    for kind in dict.fromkeys((filler, "copy")):
+        found: dict[str, list[tuple[float, float]]] = {}
+        for path in paths:
+            for precision, d, g in mix_points([r for r in rows if r["source"] == path], kind):
+                found.setdefault(precision, []).append((round(d, 4), round(g, 4)))
+        for precision, pts in found.items():
+            if precision not in points and any(d < 1.0 for d, _ in pts):  # mixes with this filler, not lone GEMMs only
+                points[precision], fillers[precision] = pts, kind
     curves = {k: fit_curve(v) for k, v in points.items() if len({round(d, 2) for d, _ in v}) >= 2}
     if not curves:
         raise ConfigError("power cap", "no GEMM with its sustained and burst times in the tables")
@@ -247,7 +269,7 @@ def fit_power_cap(paths: Sequence[str]) -> dict[str, Any]:
     spread, spread_gpus = gpu_spread(rows)
     return {"gpu": names[0], "sources": list(paths), "points": points,
             "curves": {k: [list(knot) for knot in c.knots] for k, c in curves.items()},
-            "reference_flops": {k: round(v, -9) for k, v in rates.items()},
+            "reference_flops": {k: round(v, -9) for k, v in rates.items()}, "filler": fillers,
             "spread": round(spread, 5), "spread_gpus": spread_gpus,
             "model": "g(D): tensor-core work's sustained over burst time at tensor-core share D of the GPU's "
                      "time, linear between the knots, 1 below the first; spread: the sustained GEMM's relative "
@@ -269,9 +291,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m trainsim.calibration.power_cap", description=__doc__.split("\n")[0])
     p.add_argument("tables", nargs="+", help="validation/probe_gpu_spread.py JSONL tables of one GPU kind")
     p.add_argument("--out", required=True, help=f"the profile directory's {POWER_FILE}")
+    p.add_argument("--filler", choices=sorted(FILLERS), default="copy",
+                   help="the mixes' other work the curves are fitted on (a precision without such mixes keeps copies)")
     args = p.parse_args(argv)
     try:
-        record = fit_power_cap(args.tables)
+        record = fit_power_cap(args.tables, args.filler)
     except ConfigError as e:
         print(f"error: {e}")
         return 2

@@ -239,3 +239,31 @@ def test_a_transfer_carries_the_measured_curve_at_its_gpus_rate():
     # the same FLOPs take twice the probe GEMM's time there, and FP8 work counts at the bf16 rate
     assert a100.tensor_core_seconds("bf16", 1e12) == pytest.approx(2 * cap.tensor_core_seconds("bf16", 1e12))
     assert a100.tensor_core_seconds("fp8", 1e12) == a100.tensor_core_seconds("bf16", 1e12)
+
+
+def test_a_flat_curve_and_the_gelu_filler():
+    # an elementwise filler with arithmetic kept an H200 at its cap (machine DE): g the same at every share
+    # measured. The curve holds it from the lowest share to 1, and falls to no slowdown at D = 0
+    curve = fit_curve([(0.33, 1.18), (0.5, 1.17), (0.8, 1.18), (1.0, 1.17)])
+    assert curve.knots == ((0.0, 1.0), (0.33, 1.175), (1.0, 1.175))
+    assert curve.factor(0.165) == pytest.approx(1.0875)
+    # GEMM 1.0 ms burst; a GELU 0.25 ms burst, 0.24 sustained; the e2 mix 1.6 ms sustained:
+    # D = 1 / (1 + 2 * 0.25) = 2/3, g = (1.6 - 2 * 0.24) / 1.0 = 1.12; the copy mixes are not read
+    rows = [_row("gemm_bf16_8192", 1e-3, 1.1e-3), _row("gelu_256mib", 2.5e-4, 2.4e-4),
+            _row("mix_bf16_e2", 1.5e-3, 1.6e-3), _row("copy_256mib", 2.5e-4, 2.4e-4),
+            _row("mix_bf16_c2", 1.5e-3, 1.5e-3)]
+    pts = mix_points(rows, "gelu")
+    assert len(pts) == 2 and pts[1][1] == pytest.approx(2 / 3) and pts[1][2] == pytest.approx(1.12)
+    assert mix_points(rows)[1][2] == pytest.approx(1.02)  # the copies' mix: (1.5 - 2 * 0.24) / 1.0
+
+
+def test_the_gelu_curve_of_machine_de_is_flat(tmp_path):
+    # `--filler gelu` fits the H200's GELU mixes (machine DE): x1.17 from D = 0.33 to 1 where the copy
+    # mixes of the same chip give 1.02 at 0.39 and 1.17 only at 1 (docs/efficiency.md)
+    table = ROOT / "validation" / "power_gelu_h200_machineDE" / "spread.jsonl"
+    gelu, copy = fit_power_cap([str(table)], "gelu"), fit_power_cap([str(table)])
+    assert gelu["filler"] == {"bf16": "gelu"} and copy["filler"] == {"bf16": "copy"}
+    g = Curve(tuple(tuple(k) for k in gelu["curves"]["bf16"]))
+    c = Curve(tuple(tuple(k) for k in copy["curves"]["bf16"]))
+    assert 1.15 < g.factor(0.4) < 1.19 and abs(g.factor(0.4) - g.factor(1.0)) < 1e-9
+    assert c.factor(0.4) < 1.04 and 1.15 < c.factor(1.0) < 1.19

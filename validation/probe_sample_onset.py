@@ -14,6 +14,12 @@ the 8192-cube GEMM ran ×1.08 slower over its first 50 ms batch). Per kernel, on
 Kernels: GEMMs of the training shapes (tokens x hidden -> out) and a causal flash attention.
 
     PYTHONPATH=. python validation/probe_sample_onset.py --out out/sample_onset.jsonl
+    python validation/probe_sample_onset.py --analyse validation/sample_onset_h200_machineDD/sample_onset.jsonl
+
+``--analyse`` prints, per kernel, its fastest run (the burst), the harness's figure over it, the mean run
+over the fastest in windows of the load, and the ramp ``clip((t - start) / (end - start), 0, 1)`` closest
+(least squares, 2.5 ms grid) to the GEMMs of at least 1 ms (a shorter one's first tens of ms show the
+clocks still rising from idle), each run as its excess over its fastest, over its median excess 100-300 ms in.
 """
 
 from __future__ import annotations
@@ -62,13 +68,52 @@ def timed(torch: Any, fn: Callable[[], Any], n: int) -> list[tuple[Any, Any]]:
     return events
 
 
+BINS = (0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
+
+
+def analyse(path: str) -> list[str]:
+    """The table of ``--analyse`` (module doc)."""
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    lines = ["kernel      burst ms  TFLOP/s  harness/burst   mean run / burst, load windows ending at (ms): "
+             + " ".join(f"{int(b * 1e3)}" for b in BINS)]
+    points = []
+    for r in rows:
+        trace = r["onset"]
+        best = min(d for _, d in trace)
+        cells, lo = [], 0.0
+        for hi in BINS:
+            ds = [d for end, d in trace if lo <= end - d / 2 < hi]
+            cells.append(f"{statistics.mean(ds) / best:.3f}" if ds else "  -  ")
+            lo = hi
+        lines.append(f"{r['kernel']:11s} {best * 1e3:8.3f} {r['flops'] / best / 1e12:8.0f}  "
+                     f"x{r['harness_s'] / best:.3f}          {' '.join(cells)}")
+        settled = [d / best for end, d in trace if 0.1 <= end <= 0.3]
+        level = statistics.median(settled) if settled else 1.0
+        if len(r["spec"]) == 3 and best >= 1e-3 and level > 1.001:
+            points += [(end - d / 2, (d / best - 1.0) / (level - 1.0)) for end, d in trace
+                       if 0.01 <= end - d / 2 <= 0.3]
+    if points:
+        grid = [0.0025 * i for i in range(121)]
+        err, a, b = min((sum((min(1.0, max(0.0, (t - a) / (b - a))) - y) ** 2 for t, y in points), a, b)
+                        for a in grid for b in grid if b > a)
+        lines.append(f"the cap's onset (GEMMs of 1 ms and more): starts {a * 1e3:.1f} ms into back-to-back load, "
+                     f"fully set in by {b * 1e3:.1f} ms")
+    return lines
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True)
+    p.add_argument("--analyse", help="print the table of a finished run's JSON lines instead of measuring")
+    p.add_argument("--out")
     p.add_argument("--kernels", type=lambda v: v.split(","), default=list(KERNELS))
     p.add_argument("--idle-s", type=float, default=2.0)
     p.add_argument("--onset-s", type=float, default=1.0)
     args = p.parse_args()
+    if args.analyse:
+        print("\n".join(analyse(args.analyse)))
+        return
+    if not args.out:
+        p.error("--out is required to measure")
     import torch
 
     dev = torch.device("cuda", 0)
