@@ -57,7 +57,9 @@ def make(torch: Any, spec: tuple[Any, ...], dev: Any) -> tuple[Callable[[], Any]
     return (lambda: torch.mm(a, w)), 2.0 * m * k * n
 
 
-def timed(torch: Any, fn: Callable[[], Any], n: int) -> list[tuple[Any, Any]]:
+def queued(torch: Any, fn: Callable[[], Any], n: int) -> list[tuple[Any, Any]]:
+    """``n`` runs queued back to back, each between two CUDA events, none waited for (unlike
+    calibration.power_bench.timed, which synchronises after each run and so leaves the GPU gaps)."""
     events = []
     for _ in range(n):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -129,14 +131,14 @@ def main() -> None:
             clean = []
             for _ in range(5):
                 time.sleep(args.idle_s)
-                (s, e), = timed(torch, fn, 1)
+                (s, e), = queued(torch, fn, 1)
                 e.synchronize()
                 clean.append(s.elapsed_time(e) * 1e-3)
             time.sleep(args.idle_s)
             for _ in range(10):
                 fn()
             torch.cuda.synchronize()
-            ev = timed(torch, fn, 10)
+            ev = queued(torch, fn, 10)
             torch.cuda.synchronize()
             harness = robust_mean([s.elapsed_time(e) * 1e-3 for s, e in ev])
             time.sleep(args.idle_s)
@@ -145,7 +147,7 @@ def main() -> None:
             t_end = time.time() + args.onset_s
             onset: list[tuple[Any, Any]] = []
             while time.time() < t_end:
-                onset.extend(timed(torch, fn, 8))
+                onset.extend(queued(torch, fn, 8))
                 onset[-1][1].synchronize()
             trace = [(start.elapsed_time(e) * 1e-3, s.elapsed_time(e) * 1e-3) for s, e in onset]
             row = {"kernel": name, "spec": list(KERNELS[name]), "flops": flops, "clean_s": clean,
