@@ -257,7 +257,7 @@ def test_a_flat_curve_and_the_gelu_filler():
     assert mix_points(rows)[1][2] == pytest.approx(1.02)  # the copies' mix: (1.5 - 2 * 0.24) / 1.0
 
 
-def test_the_gelu_curve_of_machine_de_is_flat(tmp_path):
+def test_the_gelu_curve_of_machine_de_is_flat():
     # `--filler gelu` fits the H200's GELU mixes (machine DE): x1.17 from D = 0.33 to 1 where the copy
     # mixes of the same chip give 1.02 at 0.39 and 1.17 only at 1 (docs/efficiency.md)
     table = ROOT / "validation" / "power_gelu_h200_machineDE" / "spread.jsonl"
