@@ -29,10 +29,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainsim.calibration.power_cap import FILLERS
+
 KERNELS = ("gemm_bf16_8192", "gemm_bf16_8192x2048x6144", "gemm_fp8_8192", "copy_1gib", "mix_gemm_copy")
 #: what calibration.power_cap fits: the lone GEMMs, the copy, and GEMM:copy mixes from D ~0.5 to ~0.9
 FIT_KERNELS = ("gemm_bf16_8192", "mix_bf16_c1", "mix_bf16_c2", "mix_bf16_c4", "mix_bf16_c8", "copy_256mib",
                "gemm_fp8_8192", "mix_fp8_c1", "mix_fp8_c2", "mix_fp8_c4")
+
+
+#: a mix's other work by its letter (``mix_<dtype>_c<N>`` copies, ``mix_<dtype>_e<N>`` GELUs): the kernels
+#: calibration.power_cap reads each mix against
+MIX_FILLERS = {letter: kernel for kernel, letter in FILLERS.values()}
 
 
 def smi(index: int) -> dict[str, Any]:
@@ -68,29 +75,20 @@ def make(torch: Any, kind: str, dev: Any) -> tuple[Any, float]:
             torch.cuda.synchronize()
             time.sleep(n_ms * 1e-3)
         return then_idle, 4 * flops
-    if kind.startswith(("mix_bf16_e", "mix_fp8_e")):  # the GEMM, then N GELUs, each moving a 256 MiB copy's bytes
-        dtype, passes = kind[4:].split("_e")
-        gemm, flops = make(torch, f"gemm_{dtype}_8192", dev)
-        gelu, _ = make(torch, "gelu_256mib", dev)
-
-        def mix_e() -> None:
-            gemm()
-            for _ in range(int(passes)):
-                gelu()
-        return mix_e, flops
     if kind == "gelu_256mib":  # elementwise work with arithmetic, as a layer's activations and norms are
         src = torch.empty(1 << 27, device=dev, dtype=torch.bfloat16).normal_()
         f = torch.nn.functional.gelu
         return (lambda: f(src)), 2.0 * src.numel() * src.element_size()
-    if kind.startswith(("mix_bf16_c", "mix_fp8_c")):
-        dtype, copies = kind[4:].split("_c")
+    if kind.startswith(("mix_bf16_", "mix_fp8_")):  # the GEMM, then N copies (c<N>) or GELUs (e<N>) of 256 MiB
+        dtype, rest = kind[4:].split("_", 1)
         gemm, flops = make(torch, f"gemm_{dtype}_8192", dev)
-        copy, _ = make(torch, "copy_256mib", dev)
+        other, _ = make(torch, MIX_FILLERS[rest[0]], dev)
+        n = int(rest[1:])
 
         def mix_n() -> None:
             gemm()
-            for _ in range(int(copies)):
-                copy()
+            for _ in range(n):
+                other()
         return mix_n, flops
     if kind == "mix_gemm_copy":  # training-like: a power-heavy GEMM, then memory-bound work of about its length
         gemm, flops = make(torch, "gemm_bf16_8192", dev)

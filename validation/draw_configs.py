@@ -46,21 +46,20 @@ def main() -> None:
     while len(rows) < args.n and tries < 10_000:
         tries += 1
         hd = int(g.choice([64, 128]))
+        d = int(g.integers(8, 81) if broad else g.integers(5, 41)) * 128
+        row = {"name": f"{args.prefix}{len(rows) + 1:02d}", "hidden": str(d), "heads": str(d // hd)}
+        # the draws in this order, one generator: a seed gives the set it gave when it was committed
         if broad:
-            d = int(g.integers(8, 81)) * 128
-            row = {"name": f"{args.prefix}{len(rows) + 1:02d}", "hidden": str(d), "heads": str(d // hd),
-                   "layers": str(int(g.integers(1, 9))),
-                   "seq_len": str(int(g.choice([1024, 2048, 4096, 6144, 8192, 12288, 16384]))),
-                   "micro_batch": str(int(g.choice([1, 2, 4, 8, 16, 24, 32, 48, 64]))),
-                   "micro_batches": str(int(g.integers(1, 3))), "recompute": "none"}
+            row.update(layers=str(int(g.integers(1, 9))),
+                       seq_len=str(int(g.choice([1024, 2048, 4096, 6144, 8192, 12288, 16384]))),
+                       micro_batch=str(int(g.choice([1, 2, 4, 8, 16, 24, 32, 48, 64]))),
+                       micro_batches=str(int(g.integers(1, 3))), recompute="none")
             if not (int(row["seq_len"]) > 5120 or int(row["micro_batch"]) > 16 or d > 8192):
                 continue
         else:
-            d = int(g.integers(5, 41)) * 128
-            row = {"name": f"{args.prefix}{len(rows) + 1:02d}", "hidden": str(d), "heads": str(d // hd),
-                   "layers": str(int(g.integers(2, 21))), "seq_len": str(int(g.choice([512, 1024, 2048, 4096]))),
-                   "micro_batch": str(int(g.choice([1, 2, 4, 8]))), "micro_batches": str(int(g.integers(1, 5))),
-                   "recompute": "full" if g.random() < 0.3 else "none"}
+            row.update(layers=str(int(g.integers(2, 21))), seq_len=str(int(g.choice([512, 1024, 2048, 4096]))),
+                       micro_batch=str(int(g.choice([1, 2, 4, 8]))), micro_batches=str(int(g.integers(1, 5))),
+                       recompute="full" if g.random() < 0.3 else "none")
         overrides = [f"{key}={row[col]}" for col, key in SHAPE_KEYS.items() if row.get(col)]
         sc = load_scenario("gptneox-h100", overrides)
         pred = predict(sc)

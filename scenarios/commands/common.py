@@ -40,6 +40,14 @@ def add_train_tokens_arg(p: argparse.ArgumentParser) -> None:
                         "or restarts)")
 
 
+def with_run_time(d: dict, run_time: Any) -> dict:
+    """A command's ``--json`` object with the ``--train-tokens`` run under ``time_to_train``, when asked for
+    (``run_time``: a :class:`scenarios.time_to_train.TimeToTrain` or None)."""
+    if run_time is not None:
+        d["time_to_train"] = run_time.to_json()
+    return d
+
+
 def train_tokens(args: argparse.Namespace) -> float | None:
     """``--train-tokens``, checked before any work; None when not given."""
     from trainsim.scenarios.time_to_train import parse_token_count

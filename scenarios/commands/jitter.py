@@ -34,6 +34,7 @@ from trainsim.scenarios.commands.common import (
     progress_bar,
     train_tokens,
     warn,
+    with_run_time,
     write_atomic,
 )
 from trainsim.scenarios.time_to_train import time_to_train
@@ -128,9 +129,7 @@ def run(args: argparse.Namespace) -> int:
             c = comparison.to_json()
             c.pop("simulated_s")
             d["measured"] = {**c, "ks_raw": _ks_raw(times, res.samples_s)}
-        if run_time is not None:
-            d["time_to_train"] = run_time.to_json()
-        print_json(d)
+        print_json(with_run_time(d, run_time))
         return 0
     print(render(res, scenario.name))
     if comparison is not None:

@@ -13,6 +13,7 @@ from trainsim.scenarios.commands.common import (
     print_json,
     train_tokens,
     warn,
+    with_run_time,
 )
 from trainsim.scenarios.compose import layout_text, memory_line
 from trainsim.scenarios.time_to_train import time_to_train
@@ -36,10 +37,7 @@ def run(args: argparse.Namespace) -> int:
     warn(pred.warnings, quiet=args.quiet, extrapolated=pred.extrapolated)
     run_time = None if tokens is None else time_to_train(pred.scenario, pred.iteration_s, tokens, "Eq. 7")
     if args.json:
-        d = pred.to_dict()
-        if run_time is not None:
-            d["time_to_train"] = run_time.to_json()
-        print_json(d)
+        print_json(with_run_time(pred.to_dict(), run_time))
         return 0
     print(render(pred))
     if run_time is not None:

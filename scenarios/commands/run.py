@@ -18,6 +18,7 @@ from trainsim.scenarios.commands.common import (
     remove_outputs,
     train_tokens,
     warn,
+    with_run_time,
     write_atomic,
 )
 from trainsim.scenarios.compose import layout_text, memory_line
@@ -67,10 +68,7 @@ def run(args: argparse.Namespace) -> int:
         raise
     run_time = None if tokens is None else time_to_train(pred.scenario, result.iteration_s, tokens, "simulated")
     if args.json:
-        d = sim.to_dict()
-        if run_time is not None:
-            d["time_to_train"] = run_time.to_json()
-        print_json(d)
+        print_json(with_run_time(sim.to_dict(), run_time))
         return 0
     print(render(pred, result))
     if run_time is not None:

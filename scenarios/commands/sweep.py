@@ -20,6 +20,7 @@ from trainsim.scenarios.commands.common import (
     print_json,
     progress_bar,
     train_tokens,
+    with_run_time,
 )
 from trainsim.scenarios.time_to_train import time_to_train
 
@@ -101,10 +102,7 @@ def run(args: argparse.Namespace) -> int:
     run_time = (None if tokens is None or best is None else
                 time_to_train(base, best.simulated_s, tokens, f"best layout's ({best.layout}) simulated"))
     if args.json:
-        d = res.to_dict(top=args.top)
-        if run_time is not None:
-            d["time_to_train"] = run_time.to_json()
-        print_json(d)
+        print_json(with_run_time(res.to_dict(top=args.top), run_time))
         return 0
     shown = res.rows[:args.top]
     print(f"{res.scenario}: {res.gpus} GPUs, global batch {res.global_batch} sequences, "

@@ -8,22 +8,16 @@
 # Resumable ($WORK/<gpu>, RESUME_FROM_<gpu>); copied to $OUT/<gpu> at the end, with a short table.
 # Multicast off (one GPU: no NCCL, set anyway).
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=. PYTHONUNBUFFERED=1
-R=${OUT:-out}; DEADLINE=${DEADLINE_S:-540}
-t0=$(date +%s)
-NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-case "$NAME" in *H200*) GPU=h200 ;; *H100*) GPU=h100 ;; *) GPU=other ;; esac
-W=${WORK:-/tmp/broad_hf}/$GPU
-mkdir -p "$R" "$W"
-RES=RESUME_FROM_$GPU; RES=${!RES:-}
+DEADLINE_S=${DEADLINE_S:-540}
+. validation/device/gpu_workdir.sh broad_hf  # multicast off, $R, $DEADLINE, $t0, $NAME, $G, $W
+RES=RESUME_FROM_$G; RES=${!RES:-}
 if [ -n "$RES" ] && [ -f "$RES/compute.csv" ] && [ ! -f "$W/compute.csv" ]; then cp "$RES"/* "$W/"; fi
-echo "GPU: $NAME -> $W"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version,clocks.max.sm --format=csv > "$W/gpus.csv" 2>&1
 budget=$(( DEADLINE - ($(date +%s) - t0) ))
 timeout $(( budget + 40 )) python3 -m trainsim calibrate --out "$W" --gpu-time --time-budget "$budget" -q \
   --ops hf --box broad --points 128 --seed 7 --max-gib 60 > "$W/broad_hf.log" 2>&1
 echo "broad_hf: exit $? at $(( $(date +%s) - t0 )) s: $(tail -1 "$W/broad_hf.log")"
-mkdir -p "$R/$GPU" && cp -r "$W"/. "$R/$GPU/"
+mkdir -p "$R/$G" && cp -r "$W"/. "$R/$G/"
 python3 - "$W/compute.csv" <<'PY'
 import csv, collections, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
