@@ -53,6 +53,23 @@ from trainsim.operators.errors import ConfigError
 
 POWER_FILE = "power_cap.json"
 PRECISIONS = ("bf16", "fp8")  # the GEMM kinds measured (fp16 tensor-core GEMMs draw as bf16 ones do)
+# the harness's protocol (calibration.harness: WARMUP, ITERS, robust_mean's keep), which sample_cap replays
+HARNESS_WARMUP, HARNESS_ITERS, HARNESS_KEEP = 10, 10, 5
+
+#: operator kinds priced by a measured kind of the same family (validation/probe_power_class.py measured the
+#: Hugging Face step's kernels): a GEMM's time off the tensor cores as the MLP-up GEMM's, a fused attention as
+#: the HF attention's, a norm, an activation, a residual add, a loss or an optimizer step as the measured one
+CLASS_FAMILIES: dict[str, tuple[str, ...]] = {
+    "hf_mlp_up": ("hf_qkv", "hf_dense", "hf_mlp_down", "hf_lm_head", "linear1", "linear2", "linear3", "linear4",
+                  "linear_final", "baddbmm", "bmm", "fp8_linear1", "fp8_linear2", "fp8_linear3", "fp8_linear4"),
+    "hf_attention": ("flash_attn",),
+    "hf_layernorm": ("layernorm", "rmsnorm"),
+    "gelu": ("swiglu", "swiglu_fused"),
+    "hf_residual": ("res_add",),
+    "hf_loss": ("cross_entropy",),
+    "hf_optimizer": ("optimizer_first", "optimizer_middle", "optimizer_last"),
+}
+FAMILY_OF = {kind: measured for measured, kinds in CLASS_FAMILIES.items() for kind in kinds}
 
 
 @dataclass(frozen=True)
@@ -90,6 +107,14 @@ class PowerCapModel:
     # relative standard deviation of the sustained lone GEMM's time across GPUs (:func:`gpu_spread`)
     spread: float = 0.0
     gpus: int = 1  # the job whose slowest GPU :meth:`factor` prices (:meth:`slowest_of`)
+    # Where measured (the H200): the curves with GELUs for the other work (per precision), each kind's place
+    # between the copy and GELU curves (``kind.direction`` -> w in [0, 1], :func:`filler_classes`), and the
+    # cap's onset under back-to-back load (start, full, s), by which the harness's samples of long
+    # tensor-core kernels were timed partly capped already (:meth:`sample_cap`). Empty / None: the copy
+    # curves alone, the samples as bursts.
+    gelu_curves: dict[str, Curve] = dataclasses.field(default_factory=dict)
+    filler_class: dict[str, float] = dataclasses.field(default_factory=dict)
+    onset_s: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         for k, v in self.reference_flops.items():
@@ -97,16 +122,68 @@ class PowerCapModel:
                 raise ConfigError(POWER_FILE, f"reference_flops.{k} must be a positive rate, got {v!r}")
         if not (math.isfinite(self.spread) and 0.0 <= self.spread < 0.5):
             raise ConfigError(POWER_FILE, f"spread must be a fraction in [0, 0.5), got {self.spread!r}")
+        for k, w in self.filler_class.items():
+            if not (math.isfinite(w) and 0.0 <= w <= 1.0):
+                raise ConfigError(POWER_FILE, f"filler_class.{k} must be in [0, 1], got {w!r}")
+        if self.onset_s is not None and not (0.0 <= self.onset_s[0] < self.onset_s[1] < 10.0):
+            raise ConfigError(POWER_FILE, f"onset_s must be (start, full) seconds, start < full, got {self.onset_s!r}")
 
-    def factor(self, precision: str, share: float) -> float:
-        """g(D) of ``precision``'s curve; for a job of several GPUs, its slowest GPU's."""
-        curve = self.curves.get(precision) or self.curves.get("bf16")
+    def _curve_factor(self, precision: str, share: float, w: float) -> tuple[float, float]:
+        """(g(D), g(1)) of one GPU: the copy curve, moved a fraction ``w`` of the way to the GELU curve
+        where that precision has one."""
+        key = precision if precision in self.curves else "bf16"  # a precision not measured: bf16's curves
+        curve = self.curves.get(key)
         if curve is None:
-            return 1.0
-        g = curve.factor(share)
+            return 1.0, 1.0
+        g, top = curve.factor(share), curve.knots[-1][1]
+        gelu = self.gelu_curves.get(key)
+        if gelu is not None and w > 0.0:
+            g += w * (gelu.factor(share) - g)
+            top += w * (gelu.knots[-1][1] - top)
+        return g, top
+
+    def factor(self, precision: str, share: float, w: float = 0.0) -> float:
+        """g(D) of ``precision`` beside other work of filler class ``w`` (0: the probe's copies, 1: its
+        GELUs; :meth:`filler_weight`); for a job of several GPUs, its slowest GPU's."""
+        g, top = self._curve_factor(precision, share, w)
         if self.gpus > 1 and self.spread > 0 and g > 1.0:  # g > 1 somewhere: the curve's last knot too
-            g *= 1.0 + self.spread * (g - 1.0) / (curve.knots[-1][1] - 1.0) * expected_max_normal(self.gpus)
+            g *= 1.0 + self.spread * (g - 1.0) / (top - 1.0) * expected_max_normal(self.gpus)
         return g
+
+    def filler_weight(self, kind: str, direction: str) -> float:
+        """The measured filler class of an operator kind's work beside the tensor cores (its time off them):
+        its own ``kind.direction``, else the measured kind its family is priced by (:data:`CLASS_FAMILIES`),
+        that kind's other direction where only one was measured; 0 (a copy, as the curves assume) where
+        nothing of its family was measured."""
+        table = self.filler_class
+        if not table:
+            return 0.0
+        for k in (kind, FAMILY_OF.get(kind, kind)):
+            for d in (direction, *(x for x in ("fwd", "bwd", "update") if x != direction)):
+                w = table.get(f"{k}.{d}")
+                if w is not None:
+                    return w
+        return 0.0
+
+    def sample_cap(self, precision: str, duration_s: float, tensor_core_s: float, w: float) -> float:
+        """How much slower than a burst the harness timed a sample of ``duration_s`` whose tensor-core work
+        is ``tensor_core_s`` (1: not at all). The harness queues 10 runs, then times 10 more (the mean of the
+        middle five, calibration.harness): run i of the timed ones spans (10 + i) to (11 + i) durations
+        into back-to-back load, when the cap has set in by ``clip((t - start) / (full - start), 0, 1)``
+        of the sustained slowdown that kernel's own stream reaches (its own share D = tensor-core over
+        duration, its own filler class)."""
+        if self.onset_s is None or not (duration_s > 0) or not (tensor_core_s > 0):
+            return 1.0
+        start, full = self.onset_s
+        reached = [min(1.0, max(0.0, ((HARNESS_WARMUP + i + 0.5) * duration_s - start) / (full - start)))
+                   for i in range(HARNESS_ITERS)]
+        lo = (HARNESS_ITERS - HARNESS_KEEP) // 2  # runs only get slower: the sorted middle five are these
+        rho = sum(reached[lo:lo + HARNESS_KEEP]) / HARNESS_KEEP
+        if rho == 0.0:
+            return 1.0
+        share = min(1.0, tensor_core_s / duration_s)
+        g, _ = self._curve_factor(precision, share, w)
+        return 1.0 + (g - 1.0) * rho * share
 
     def slowest_of(self, gpus: int) -> PowerCapModel:
         """The same GPU kind in a synchronous job of ``gpus`` GPUs: :meth:`factor` gives its slowest
@@ -120,7 +197,7 @@ class PowerCapModel:
         That the other GPU throttles as this one does at the same D is an assumption (docs/efficiency.md)."""
         ratios = {"bf16": bf16_ratio, "fp8": fp8_ratio}
         rates = {k: v * ratios[k] for k, v in self.reference_flops.items() if ratios.get(k, 0) > 0}
-        return PowerCapModel(f"{gpu}, {self.gpu}'s curve", self.curves, rates, self.spread, self.gpus)
+        return dataclasses.replace(self, gpu=f"{gpu}, {self.gpu}'s curve", reference_flops=rates)
 
     def tensor_core_seconds(self, precision: str, flops: float) -> float:
         """``flops`` at the probe GEMM's burst rate of that precision (bf16's where not measured)."""
@@ -242,12 +319,7 @@ def fit_power_cap(paths: Sequence[str], filler: str = "copy") -> dict[str, Any]:
     """The ``power_cap.json`` record of the probe tables at ``paths`` (one GPU kind): each precision's
     curve from its mixes with ``filler`` (:data:`FILLERS`; a precision without them keeps its copy
     mixes')."""
-    rows: list[dict[str, Any]] = []
-    for p in paths:
-        try:
-            rows += [dict(json.loads(line), source=p) for line in Path(p).read_text().splitlines() if line.strip()]
-        except (OSError, ValueError) as e:
-            raise ConfigError(p, f"cannot read the probe table: {e}") from None
+    rows = _read_tables(paths)
     names = sorted({r.get("name", "?") for r in rows})
     if len(names) != 1:
         raise ConfigError("power cap", f"the tables must come from one GPU kind, got {names}")
@@ -276,15 +348,81 @@ def fit_power_cap(paths: Sequence[str], filler: str = "copy") -> dict[str, Any]:
                      "standard deviation across GPUs, for a job's slowest GPU (calibration/power_cap.py)"}
 
 
+def _read_tables(paths: Sequence[str]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for p in paths:
+        try:
+            rows += [dict(json.loads(line), source=p) for line in Path(p).read_text().splitlines() if line.strip()]
+        except (OSError, ValueError) as e:
+            raise ConfigError(p, f"cannot read the probe table: {e}") from None
+    return rows
+
+
+def filler_classes(paths: Sequence[str]) -> dict[str, float]:
+    """Each measured kind's filler class w (``kind.direction``): where the GEMM's slowdown beside it lies
+    between the same chip's copy curve (w = 0) and GELU curve (w = 1), at the mix's D; the mean over the
+    tables (validation/probe_power_class.py), clamped to [0, 1]. Within one table a filler's D and g use its
+    sustained time alone (the GPU's pace at full clock; its burst carries the host's launches), for the
+    references and the kinds alike: D = GEMM / (GEMM + N filler), g = (mix - N filler) / GEMM. A mix where
+    the two curves are within 0.02 of each other says nothing of w and is skipped."""
+    found: dict[str, list[float]] = {}
+    for path in paths:
+        _, places = class_places(_read_tables([path]), path)
+        for kind, _d, _g, gc, ge in places:
+            if ge - gc >= 0.02:
+                found.setdefault(kind, []).append((_g - gc) / (ge - gc))
+    return {k: round(min(1.0, max(0.0, statistics.mean(v))), 3) for k, v in sorted(found.items())}
+
+
+def class_places(rows: Sequence[dict[str, Any]], source: str = "table"
+                 ) -> tuple[dict[str, Curve], list[tuple[str, float, float, float, float]]]:
+    """One power-class table's copy and GELU curves, and per kind (D, g of its mix, the copy and GELU
+    curves at that D), as :func:`filler_classes` reads them."""
+    by = {r["kernel"]: r for r in rows}
+    gemm = by.get("gemm_bf16_8192")
+    if gemm is None:
+        raise ConfigError(source, "no gemm_bf16_8192 row: not a power-class table")
+    gb = gemm["burst_s"]
+
+    def point(mix: dict[str, Any], n: int, filler: dict[str, Any]) -> tuple[float, float]:
+        return gb / (gb + n * filler["window_s"]), (mix["window_s"] - n * filler["window_s"]) / gb
+
+    curves = {}
+    for name, (kernel, tag) in FILLERS.items():
+        pts = [(1.0, gemm["window_s"] / gb)] + [point(by[f"mix_bf16_{tag}{n}"], n, by[kernel])
+                                                for n in (1, 2, 4, 8, 16) if f"mix_bf16_{tag}{n}" in by]
+        curves[name] = fit_curve(pts)
+    places = []
+    for kernel, mix in by.items():
+        if kernel.startswith("mix:"):
+            d, g = point(mix, int(mix["n"]), by[kernel[4:]])
+            places.append((kernel[4:], d, g, curves["copy"].factor(d), curves["gelu"].factor(d)))
+    return curves, places
+
+
 def load_power_cap(path: str | Path) -> PowerCapModel:
     """A profile directory's ``power_cap.json`` (ConfigError naming the file)."""
     try:
-        data = json.loads(Path(path).read_text())
+        return load_power_cap_record(json.loads(Path(path).read_text()))
+    except ConfigError as e:
+        raise ConfigError(str(path), e.message) from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(str(path), f"unreadable power-cap table: {e}") from None
+
+
+def load_power_cap_record(data: dict[str, Any]) -> PowerCapModel:
+    """The model of a ``power_cap.json`` record (ConfigError naming what is wrong)."""
+    try:
         curves = {str(k): Curve(tuple((float(d), float(g)) for d, g in v)) for k, v in data["curves"].items()}
         rates = {str(k): float(v) for k, v in data["reference_flops"].items()}
-        return PowerCapModel(str(data["gpu"]), curves, rates, float(data.get("spread", 0.0)))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ConfigError(str(path), f"unreadable power-cap table: {e}") from None
+        gelu = {str(k): Curve(tuple((float(d), float(g)) for d, g in v))
+                for k, v in data.get("gelu_curves", {}).items()}
+        onset = data.get("onset_s")
+        return PowerCapModel(str(data["gpu"]), curves, rates, float(data.get("spread", 0.0)), gelu_curves=gelu,
+                             filler_class={str(k): float(v) for k, v in data.get("filler_class", {}).items()},
+                             onset_s=(float(onset[0]), float(onset[1])) if onset is not None else None)
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+        raise ConfigError(POWER_FILE, f"unreadable power-cap table: {e}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -293,9 +431,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", required=True, help=f"the profile directory's {POWER_FILE}")
     p.add_argument("--filler", choices=sorted(FILLERS), default="copy",
                    help="the mixes' other work the curves are fitted on (a precision without such mixes keeps copies)")
+    p.add_argument("--gelu", nargs="+", default=[], metavar="TABLE",
+                   help="tables with GEMM:GELU mixes: their curves are the record's gelu_curves")
+    p.add_argument("--classes", nargs="+", default=[], metavar="TABLE",
+                   help="validation/probe_power_class.py tables: each kind's filler class (filler_classes)")
+    p.add_argument("--onset-ms", nargs=2, type=float, metavar=("START", "FULL"),
+                   help="the cap's onset under back-to-back load (validation/probe_sample_onset.py --analyse)")
     args = p.parse_args(argv)
     try:
         record = fit_power_cap(args.tables, args.filler)
+        if args.gelu:
+            gelu_rows = _read_tables(args.gelu)
+            pts: dict[str, list[tuple[float, float]]] = {}
+            for path in args.gelu:
+                for precision, d, g in mix_points([r for r in gelu_rows if r["source"] == path], "gelu"):
+                    pts.setdefault(precision, []).append((round(d, 4), round(g, 4)))
+            record["gelu_sources"] = list(args.gelu)
+            record["gelu_curves"] = {k: [list(knot) for knot in fit_curve(v).knots] for k, v in pts.items()
+                                     if any(d < 1.0 for d, _ in v)}
+        if args.classes:
+            record["class_sources"] = list(args.classes)
+            record["filler_class"] = filler_classes(args.classes)
+        if args.onset_ms:
+            record["onset_s"] = [args.onset_ms[0] / 1e3, args.onset_ms[1] / 1e3]
+        load_power_cap_record(record)
     except ConfigError as e:
         print(f"error: {e}")
         return 2

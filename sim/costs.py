@@ -259,9 +259,13 @@ class _PowerCap(Protocol):
 
     gpu: str
 
-    def factor(self, precision: str, share: float) -> float: ...
+    def factor(self, precision: str, share: float, w: float = 0.0) -> float: ...
 
     def tensor_core_seconds(self, precision: str, work: float) -> float: ...
+
+    def filler_weight(self, kind: str, direction: str) -> float: ...
+
+    def sample_cap(self, precision: str, duration_s: float, tensor_core_s: float, w: float) -> float: ...
 
 
 #: (operator, direction) -> (its FLOPs at the power probe's GEMM rate, s; the GEMM precision whose power
@@ -308,11 +312,53 @@ def power_cap_shares(costs: IterationCosts, iteration_s: float) -> list[float]:
             for s in costs.stages]
 
 
+def _compute_s(p: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float]) -> float:
+    """A micro-batch's compute on the stage: forward, recompute and backward."""
+    return (sum(oc.count * fwd[oc.op] for oc in (*p.forward, *p.recompute))
+            + sum(oc.count * bwd[oc.op] for oc in p.backward))
+
+
+def _burst_tables(fwd: dict[Op, float], bwd: dict[Op, float], tc: TensorCoreSeconds,
+                  cap: _PowerCap) -> tuple[dict[Op, float], dict[Op, float]]:
+    """The operator tables as bursts: each sample over what the cap had already taken of it while the
+    harness timed it (``cap.sample_cap``: a tensor-core kernel of more than a few milliseconds)."""
+    def burst(table: dict[Op, float], direction: Direction) -> dict[Op, float]:
+        out = {}
+        for op, t in table.items():
+            sec, precision = tc.get((op, direction), (0.0, "bf16"))
+            e = cap.sample_cap(precision, t, sec, cap.filler_weight(op.kind.value, direction.value)) if sec else 1.0
+            out[op] = t / e
+        return out
+    return burst(fwd, Direction.FWD), burst(bwd, Direction.BWD)
+
+
+def filler_share(p: StagePlan, micro_batches: int, fwd: dict[Op, float], bwd: dict[Op, float],
+                 upd: dict[Op, float], tc: TensorCoreSeconds, cap: _PowerCap) -> float:
+    """The filler class w of a stage's time off the tensor cores over an iteration (calibration.power_cap:
+    0 as the probe's copies, 1 as its GELUs): every operator's time beside its tensor-core seconds, the
+    update's kernels included, weighted by its kind's measured class. The idle time of bubbles and host
+    gaps is not in it (it draws no power; the curves' D counts it as filler, as before)."""
+    num = den = 0.0
+    for ocs, table, direction in ((p.forward, fwd, Direction.FWD), (p.recompute, fwd, Direction.FWD),
+                                  (p.backward, bwd, Direction.BWD)):
+        for oc in ocs:
+            t = table[oc.op]
+            rest = micro_batches * oc.count * (t - min(t, tc.get((oc.op, direction), (0.0, ""))[0]))
+            num += rest * cap.filler_weight(oc.op.kind.value, direction.value)
+            den += rest
+    for op, count in ((p.optimizer, 1), (p.grad_accum, p.grad_accum_count)):
+        if op is not None and count:
+            num += count * upd[op] * cap.filler_weight(op.kind.value, Direction.UPDATE.value)
+            den += count * upd[op]
+    return num / den if den > 0 else 0.0
+
+
 def _sustained(fwd: dict[Op, float], bwd: dict[Op, float], tc: TensorCoreSeconds, cap: _PowerCap,
-               d: float) -> tuple[dict[Op, float], dict[Op, float]]:
-    """The operator tables of a GPU that sustains tensor-core share ``d``: each operator longer by its
-    precision's measured factor, less one, times its tensor-core seconds."""
-    extra = {k: cap.factor(k, d) - 1.0 for k in {k for _, k in tc.values()}}  # per precision, once
+               d: float, w: float = 0.0) -> tuple[dict[Op, float], dict[Op, float]]:
+    """The operator tables of a GPU that sustains tensor-core share ``d`` beside other work of filler
+    class ``w`` (:func:`filler_share`): each operator longer by its precision's measured factor, less
+    one, times its tensor-core seconds."""
+    extra = {k: cap.factor(k, d, w) - 1.0 for k in {k for _, k in tc.values()}}  # per precision, once
 
     def stretch(table: dict[Op, float], direction: Direction) -> dict[Op, float]:
         out = {}
@@ -529,7 +575,7 @@ def build_costs(
         s = p.index
         fwd_s = sum(oc.count * fwd[oc.op] for oc in p.forward)
         rec_s = sum(oc.count * fwd[oc.op] for oc in p.recompute)
-        bwd_s = sum(oc.count * bwd[oc.op] for oc in p.backward) + rec_s
+        bwd_s = sum(oc.count * bwd[oc.op] for oc in p.backward) + rec_s  # as _compute_s, its parts kept
         fsdp_f = fsdp_b = 0.0
         accum_s = p.grad_accum_count * upd[p.grad_accum] if p.grad_accum is not None else 0.0
         in_steps = 0.0  # what measured interference adds to this stage's closed forms, per micro-batch
@@ -625,21 +671,30 @@ def build_costs(
         base = stages
         shares = shares_of(stages)
         kinds = sorted({k for _, k in tc.values()})  # the GEMM precisions this run has
-        if any(cap.factor(k, d) > 1.0 for d in shares for k in kinds):
+        # what fills each stage's time off the tensor cores (its operators' measured classes; 0 without them)
+        classes = [filler_share(p, training.micro_batches, fwd, bwd, upd, tc, cap) for p in plans]
+        if any(cap.factor(k, d, w) > 1.0 for d, w in zip(shares, classes, strict=True) for k in kinds):
+            burst_fwd, burst_bwd = _burst_tables(fwd, bwd, tc, cap)  # the samples' own cap taken out
             for _ in range(3):  # the slowed kernels lengthen the iteration, which lowers the share: a fixed point
-                stages = [compose(p, cap.factor("bf16", d), *_sustained(fwd, bwd, tc, cap, d))
-                          for p, d in zip(plans, shares, strict=True)]
+                stages = [compose(p, cap.factor("bf16", d, w), *_sustained(burst_fwd, burst_bwd, tc, cap, d, w))
+                          for p, d, w in zip(plans, shares, classes, strict=True)]
                 shares = shares_of(stages)
             stages = [dataclasses.replace(st, power_cap_s=(st.fwd_compute_s + st.bwd_compute_s)
                                           - (b.fwd_compute_s + b.bwd_compute_s))
                       for st, b in zip(stages, base, strict=True)]
             worst = max(range(len(stages)), key=lambda i: shares[i])
-            factors = ", ".join(f"{k} x{cap.factor(k, shares[worst]):.3f}" for k in kinds)
-            if any(st.power_cap_s > 0 for st in stages):
+            factors = ", ".join(f"{k} x{cap.factor(k, shares[worst], classes[worst]):.3f}" for k in kinds)
+            # what the samples of long kernels already carried of the cap, per micro-batch (the worst stage's)
+            taken = max(_compute_s(p, fwd, bwd) - _compute_s(p, burst_fwd, burst_bwd) for p in plans)
+            if any(st.power_cap_s != 0 for st in stages):
                 slowest = f", the slowest of {par.gpus} GPUs" if par.gpus > 1 and getattr(cap, "spread", None) else ""
+                fill = (f" beside other work of filler class {classes[worst]:.2f} (0: copies, 1: GELUs)"
+                        if getattr(cap, "filler_class", None) else "")
+                owned = (f"; its samples of kernels longer than a few ms were timed partly capped already, "
+                         f"{taken * 1e3:.3g} ms a micro-batch, which is taken out first" if taken > 0 else "")
                 notes.append(f"power cap ({cap.gpu}, the profile's power_cap.json): a GPU in tensor-core work "
-                             f"{100 * shares[worst]:.0f} % of the iteration runs it slower than its samples "
-                             f"({factors}; stage {worst}{slowest}); profile.power_cap: false prices the samples")
+                             f"{100 * shares[worst]:.0f} % of the iteration{fill} runs it slower than a burst "
+                             f"({factors}; stage {worst}{slowest}){owned}; profile.power_cap: false prices the samples")
     _fsdp_overlap_note([st for p, st in zip(plans, stages, strict=True) if p.runtime == "fsdp2"], notes)
     return IterationCosts(
         stages=tuple(stages), micro_batches=training.micro_batches, parallelism=par,

@@ -33,6 +33,10 @@ H100_TABLES = [ROOT / "validation" / f"gpu_spread_h100_1gpu_machine{m}" / "sprea
                for m in ("AJ", "AI", "AL", "AO")]
 H200_TABLES = [ROOT / "validation" / "gpu_spread_h200_1gpu_machineAK" / "spread.jsonl",
                ROOT / "validation" / "gpu_spread_h200_4gpu_machineAH" / "v3_window" / "spread.jsonl"]
+# the H200's GELU curve, its kernels' filler classes and the cap's onset (docs/efficiency.md, "What fills the time")
+H200_CLASSES = [ROOT / "validation" / f"power_class_h200_machine{m}" / "power_class.jsonl" for m in ("DJ", "DK")]
+H200_EXTRA = ["--gelu", str(ROOT / "validation" / "power_gelu_h200_machineDE" / "spread.jsonl"),
+              *map(str, H200_CLASSES), "--classes", *map(str, H200_CLASSES), "--onset-ms", "30", "80"]
 
 
 # -- the measured curve --------------------------------------------------------------------------------
@@ -75,14 +79,33 @@ def test_curve_refuses_bad_knots(knots):
 
 
 def test_shipped_power_caps_are_what_the_command_writes(tmp_path):
-    for tables, name in ((H100_TABLES, "h100-sxm-bf16"), (H200_TABLES, "h200-sxm-bf16")):
+    for tables, name, extra in ((H100_TABLES, "h100-sxm-bf16", []), (H200_TABLES, "h200-sxm-bf16", H200_EXTRA)):
         out = tmp_path / f"{name}.json"
         r = subprocess.run([sys.executable, "-m", "trainsim.calibration.power_cap", *map(str, tables), "--out",
-                            str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+                            str(out), *extra], capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert r.returncode == 0, r.stderr
         written, shipped = json.loads(out.read_text()), json.loads((PROFILES / name / "power_cap.json").read_text())
-        for key in ("curves", "spread", "spread_gpus"):
-            assert written[key] == shipped[key], key
+        for key in ("curves", "spread", "spread_gpus", "gelu_curves", "filler_class", "onset_s"):
+            assert written.get(key) == shipped.get(key), key
+    assert "filler_class" not in shipped_h100() and "onset_s" not in shipped_h100()  # no H100 was probed so
+
+
+def shipped_h100() -> dict:
+    return json.loads((PROFILES / "h100-sxm-bf16" / "power_cap.json").read_text())
+
+
+def test_the_h200s_kernels_fall_into_two_power_classes():
+    # probed on two fresh H200s (DJ, DK): the kinds that keep the GPU at its cap alone (norms, the GELU, a
+    # GEMM's time off the tensor cores) throttle the GEMM beside them nearly as a GELU does; those that draw
+    # 550-635 W alone (the loss, the optimizer, the accumulation, the fused attention, the residual add) nearly
+    # as a copy (docs/efficiency.md)
+    h200 = load_power_cap(PROFILES / "h200-sxm-bf16" / "power_cap.json")
+    for kind, direction in (("gelu", "fwd"), ("gelu", "bwd"), ("hf_mlp_up", "bwd"), ("hf_layernorm", "fwd")):
+        assert h200.filler_weight(kind, direction) > 0.8, kind
+    for kind, direction in (("hf_loss", "fwd"), ("hf_optimizer", "update"), ("hf_grad_accum", "update"),
+                            ("hf_attention", "fwd"), ("hf_residual", "fwd")):
+        assert h200.filler_weight(kind, direction) < 0.4, kind
+    assert h200.onset_s == (0.03, 0.08) and 1.15 < h200.factor("bf16", 0.5, 1.0) < 1.19
 
 
 def test_measured_h100_curve_says_what_the_docs_say():

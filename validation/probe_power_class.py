@@ -120,39 +120,23 @@ def measure(args: argparse.Namespace) -> None:
 
 
 def analyse(path: str) -> None:
-    """Per kind: D of its mix (tensor-core seconds at the probe GEMM's burst rate over the mix's burst),
-    g = the mix's tensor-core work slowdown, the copy and GELU curves of this chip at that D, and the
-    kind's place w between them (0: as a copy, 1: as a GELU)."""
-    from trainsim.calibration.power_cap import fit_curve, mix_points
-    from trainsim.operators.ops import Direction, Op, OpKind, flops
+    """Per kind: its mix's D and g, the chip's copy and GELU curves at that D, and the kind's place w
+    between them (0: as a copy, 1: as a GELU), as calibration.power_cap.filler_classes reads the table;
+    and the kind's own power alone."""
+    from trainsim.calibration.power_cap import class_places
 
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     by = {r["kernel"]: r for r in rows}
-    copy = fit_curve((d, g) for p, d, g in mix_points(rows, "copy") if p == "bf16")
-    gelu = fit_curve((d, g) for p, d, g in mix_points(rows, "gelu") if p == "bf16")
+    curves, places = class_places(rows, path)
     gemm = by["gemm_bf16_8192"]
-    rate = 2.0 * 8192 ** 3 / gemm["burst_s"]  # the probe GEMM's burst FLOP rate on this chip
-    print(f"copy curve {copy.points}\nGELU curve {gelu.points}\nprobe GEMM {rate / 1e12:.0f} TFLOP/s burst, "
-          f"x{gemm['window_ratio']:.3f} sustained")
-    print("kind                     N    D   g(mix)  copy   GELU    w    alone: window/burst  D_alone")
-    for name, r in by.items():
-        if not name.startswith("mix:"):
-            continue
-        k = by[name[4:]]
-        o = k["op"]
-        op = Op(OpKind(o["kind"]), b=o["b"], l=o["l"], d=o["d"], h=o["h"], v=o["v"], layers=o["layers"])
-        direction = Direction(k["direction"])  # the update kinds have no tensor-core work (sim.costs)
-        tc_k = 0.0 if direction is Direction.UPDATE else min(k["burst_s"], flops(op, direction) / rate)
-        n = r["n"]
-        burst = gemm["burst_s"] + n * k["burst_s"]
-        tc = gemm["burst_s"] + n * tc_k
-        d = tc / burst
-        # the tensor-core work's slowdown: what the mix lost beyond its other work's own sustained change
-        g = 1.0 + (r["window_s"] - burst - n * (k["window_s"] - k["burst_s"]) * (1.0 - tc_k / k["burst_s"])) / tc
-        gc, ge = copy.factor(d), gelu.factor(d)
-        w = (g - gc) / (ge - gc) if ge - gc > 1e-3 else float("nan")
-        print(f"{name[4:]:24s} {n:3d} {d:.2f}  {g:.3f}  {gc:.3f}  {ge:.3f}  {w:+.2f}   {k['window_ratio']:.3f}"
-              f"  {tc_k / k['burst_s']:.2f}")
+    print(f"copy curve {curves['copy'].knots}\nGELU curve {curves['gelu'].knots}\n"
+          f"probe GEMM x{gemm['window_ratio']:.3f} sustained, {gemm['power_w_median']} W")
+    print("kind                       N    D     g    copy   GELU     w    alone: W   SM MHz")
+    for kind, d, g, gc, ge in places:
+        w = f"{(g - gc) / (ge - gc):+.2f}" if ge - gc >= 0.02 else "  -  "
+        alone = by[kind]
+        print(f"{kind:24s} {by['mix:' + kind]['n']:3d}  {d:.2f}  {g:.3f}  {gc:.3f}  {ge:.3f}  {w}   "
+              f"{alone['power_w_median']:6.1f}  {alone['sm_mhz_median']}")
 
 
 def main() -> None:
