@@ -30,6 +30,15 @@ prices a job of n GPUs so: each GPU's capped time varies by ``spread`` scaled by
 at that D ((g(D) - 1) / (g(1) - 1)), and the job takes the expected maximum of n such GPUs
 (:func:`expected_max_normal`: 0.56 standard deviations for 2, 2.34 for 64, 3.25 for 1,024).
 
+What fills the rest of the GPU's time matters: beside GELUs the GEMM throttles x1.17 from D = 0.33, beside
+copies x1.02 there. Where measured (the H200; validation/probe_power_class.py), each operator kind has a
+filler class w in [0, 1] (:func:`filler_classes`: where a GEMM beside it throttles between the same chip's
+copy and GELU curves), a stage takes its operators' time-weighted class, and g(D) moves that fraction of
+the way from the copy curve to the GELU curve (:meth:`PowerCapModel.factor`). And the harness timed the
+samples of tensor-core kernels longer than a few milliseconds partly capped already: with the cap's
+measured onset (``onset_s``) :meth:`PowerCapModel.sample_cap` replays its protocol, and sim.costs divides
+those samples by it before putting the run's own cap back.
+
     python -m trainsim.calibration.power_cap validation/gpu_spread_h100_1gpu_machine{AJ,AI,AL,AO}/spread.jsonl \\
         --out calibration/profiles/h100-sxm-bf16/power_cap.json
 """

@@ -575,7 +575,7 @@ def build_costs(
         s = p.index
         fwd_s = sum(oc.count * fwd[oc.op] for oc in p.forward)
         rec_s = sum(oc.count * fwd[oc.op] for oc in p.recompute)
-        bwd_s = sum(oc.count * bwd[oc.op] for oc in p.backward) + rec_s  # as _compute_s, its parts kept
+        bwd_s = sum(oc.count * bwd[oc.op] for oc in p.backward) + rec_s
         fsdp_f = fsdp_b = 0.0
         accum_s = p.grad_accum_count * upd[p.grad_accum] if p.grad_accum is not None else 0.0
         in_steps = 0.0  # what measured interference adds to this stage's closed forms, per micro-batch
@@ -684,8 +684,8 @@ def build_costs(
                       for st, b in zip(stages, base, strict=True)]
             worst = max(range(len(stages)), key=lambda i: shares[i])
             factors = ", ".join(f"{k} x{cap.factor(k, shares[worst], classes[worst]):.3f}" for k in kinds)
-            # what the samples of long kernels already carried of the cap, per micro-batch (the worst stage's)
-            taken = max(_compute_s(p, fwd, bwd) - _compute_s(p, burst_fwd, burst_bwd) for p in plans)
+            # what that stage's samples of long kernels already carried of the cap, per micro-batch
+            taken = _compute_s(plans[worst], fwd, bwd) - _compute_s(plans[worst], burst_fwd, burst_bwd)
             if any(st.power_cap_s != 0 for st in stages):
                 slowest = f", the slowest of {par.gpus} GPUs" if par.gpus > 1 and getattr(cap, "spread", None) else ""
                 fill = (f" beside other work of filler class {classes[worst]:.2f} (0: copies, 1: GELUs)"

@@ -196,6 +196,12 @@ def test_profile_show_gives_both_models_validation_error() -> None:
     # the measured power cap is shown with the regressors (calibration/power_cap.py)
     assert data["power_cap"]["bf16"][0][1] == 1.0 and data["power_cap"]["bf16"][-1][0] == 1.0
     assert 0.0 < data["power_cap_spread"] < 0.05  # the GPUs' spread under the cap, for a job's slowest
+    # no H100 was probed for its kernels' filler classes or the cap's onset; the H200 was (its lines too)
+    assert data["power_cap_filler_class"] == {} and data["power_cap_onset_s"] is None
+    h200 = _cli("profile", "show", "h200-sxm-bf16")
+    assert h200.returncode == 0, h200.stderr
+    assert "beside GELUs instead of copies" in h200.stdout and "sets in 30-80 ms" in h200.stdout
+    assert "hf_layernorm.fwd 0.83" in h200.stdout
 
 
 def test_transfer_check_scores_the_h200_samples_with_the_h100_efficiencies() -> None:

@@ -113,7 +113,12 @@ def show(profile, as_json: bool, other=None) -> None:
         print_json({"profile": profile.name, "model": model, "validation_bar_pct": VALIDATION_BAR_PCT,
                     "selection": selection,
                     "regressors": rows, "above_bar": above, "quirks": quirks, "power_cap": curves,
-                    "power_cap_spread": getattr(cap, "spread", None), "host_overhead": host})
+                    "power_cap_spread": getattr(cap, "spread", None),
+                    "power_cap_gelu": {k: [list(knot) for knot in c.knots] for k, c in cap.gelu_curves.items()}
+                    if cap is not None else None,
+                    "power_cap_filler_class": dict(cap.filler_class) if cap is not None else None,
+                    "power_cap_onset_s": list(cap.onset_s) if cap is not None and cap.onset_s else None,
+                    "host_overhead": host})
         return
     print(f"profile {profile.name}: {len(rows)} regressors, profile.model {model}"
           + (f" (validation MAPE of the {other_name} model beside)" if other is not None else ""))
@@ -129,9 +134,17 @@ def show(profile, as_json: bool, other=None) -> None:
             print("  ".join(f"{_fmt(r[k]):>14}" for k in keys) + "  " + _fmt(r.get("params", "")))
     if curves:
         print("\npower cap under sustained load (power_cap.json; profile.power_cap: false ignores it): "
-              "tensor-core work slower than its samples by g at tensor-core share D of the GPU's time")
+              "tensor-core work slower than a burst by g at tensor-core share D of the GPU's time")
         for k, knots in curves.items():
             print(f"  {k}: " + ", ".join(f"D {d:.2f} g {g:.3f}" for d, g in knots))
+        for k, c in cap.gelu_curves.items():
+            print(f"  {k} beside GELUs instead of copies: " + ", ".join(f"D {d:.2f} g {g:.3f}" for d, g in c.knots))
+        if cap.filler_class:
+            print("  each kind's filler class w (0: as a copy, 1: as a GELU; a stage moves its curve by its "
+                  "time-weighted w): " + ", ".join(f"{k} {w:.2f}" for k, w in cap.filler_class.items()))
+        if cap.onset_s:
+            print(f"  the cap sets in {1e3 * cap.onset_s[0]:.0f}-{1e3 * cap.onset_s[1]:.0f} ms into back-to-back "
+                  "load: samples of longer tensor-core kernels were timed partly capped and are taken out of it first")
         if getattr(cap, "spread", 0.0):
             print(f"  GPUs of this kind differ by {100 * cap.spread:.2f} % (relative s.d.) under the cap: "
                   "a job of n GPUs is priced at its slowest's (docs/efficiency.md)")
