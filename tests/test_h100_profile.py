@@ -99,21 +99,24 @@ def test_validate_prices_an_h200_table_as_an_h200_unless_told_otherwise(cache, c
 
 def test_validate_a_timing_only_table_and_the_power_cap_against_sustained_training(cache, capsys):
     # validation/throttle_onset_h200_machineAN: the same iterations after idle gaps (burst), the fastest of
-    # iterations 2-9 back to back (protocol, as train_gptneox.py reports) and the median over 16 s of
-    # load (sustained), no memory measured. The power cap prices the minimum iteration of a run under load:
-    # the protocol within 1.5 % (0.98 % measured), above the burst (+1.2 % mean) and below the 16 s
-    # median (-2.7 % mean: the GPU slows a few per cent more over its first seconds, docs/efficiency.md)
+    # iterations 2-9 back to back (protocol, as train_gptneox.py reports), the fastest and the median of the
+    # second half of 16 s of load (sustained_min, sustained), no memory measured. trainsim prices the minimum
+    # iteration under the cap: the protocol and the steady state's fastest within 1.5 % (0.96 and 1.35 %
+    # measured), above the burst (+1.2 % mean) and below the 16 s median (-2.7 % mean: under the cap the
+    # iterations wander 2-3 % above their fastest, docs/efficiency.md)
     from trainsim.scenarios.cli import main
 
     folder = ROOT / "validation" / "throttle_onset_h200_machineAN"
     out = {}
-    for figure in ("burst", "protocol", "sustained"):
+    for figure in ("burst", "protocol", "sustained_min", "sustained"):
         assert main(["validate", "--measured", str(folder / f"measured_{figure}.csv"), "--json", "--cache-dir",
                      cache, "-q"]) == 0
         out[figure] = json.loads(capsys.readouterr().out)
     s = out["sustained"]["summary"]
     assert s["memory_mape_pct"] is None and s["memory_configurations"] == 0
-    assert out["protocol"]["summary"]["time_mape_pct"] <= 1.5 and s["time_mape_pct"] <= 3.0
+    assert out["protocol"]["summary"]["time_mape_pct"] <= 1.5
+    assert out["sustained_min"]["summary"]["time_mape_pct"] <= 1.5
+    assert s["time_mape_pct"] <= 3.0
     mean = {f: sum(r["time_error_pct"] for r in o["configurations"]) / len(o["configurations"])
             for f, o in out.items()}
     assert mean["burst"] > 0.5 and mean["sustained"] < -1.0

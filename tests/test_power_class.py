@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -149,3 +152,19 @@ def test_the_onset_replays_the_harness_figures_measured_on_two_h200s():
                                    cap.filler_weight(kind, "fwd"))
             misses.append(abs(model - r["harness_s"] / burst))
     assert len(misses) == 14 and max(misses) < 0.08 and sum(misses) / len(misses) < 0.025
+
+
+def test_throttle_tables_write_the_steady_states_fastest_beside_its_median(tmp_path):
+    # validation/throttle_tables.py re-reads a --pairs run: the committed burst, protocol and median tables
+    # come out byte for byte, and the fastest of the load's second half with that median beside it
+    folder = ROOT / "validation" / "throttle_onset_h200_machineDL"
+    r = subprocess.run([sys.executable, str(ROOT / "validation" / "throttle_tables.py"), str(folder / "onset.jsonl"),
+                        "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for figure in ("burst", "protocol", "sustained", "sustained_min"):
+        assert (tmp_path / f"measured_{figure}.csv").read_text() == (folder / f"measured_{figure}.csv").read_text()
+    fastest = list(csv.DictReader((tmp_path / "measured_sustained_min.csv").open()))
+    median = list(csv.DictReader((tmp_path / "measured_sustained.csv").open()))
+    assert len(fastest) == len(median) == 8
+    for a, b in zip(fastest, median, strict=True):
+        assert a["iteration_median_s"] == b["iteration_s"] and float(a["iteration_s"]) < float(b["iteration_s"])

@@ -5,7 +5,9 @@ Per configuration, three figures of the same iteration on the same GPU:
 * ``burst``: the median of the iterations timed after idle gaps (the GPU below its power cap);
 * ``sustained``: the median over the second half of the back-to-back load (16 s);
 * ``protocol``: the fastest of the back-to-back iterations 2-9, what validation/train_gptneox.py
-  reports (the fastest of 8 after 3 warm-up: its first warm-up ran before the pairs' load began).
+  reports (the fastest of 8 after 3 warm-up: its first warm-up ran before the pairs' load began);
+* ``sustained_min``: the fastest over the second half of the 16 s, the minimum iteration of a run at
+  its steady state under the cap (what trainsim predicts: spec/method.md), its median beside it.
 
 Writes ``<out-dir>/measured_<figure>.csv`` for each, in train_gptneox.py's columns (memory left
 blank: the probe does not measure it), and prints the sustained-over-burst ratio per row.
@@ -26,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from probe_throttle_onset import pair_figures  # noqa: E402  (the probe's own reading of its rows)
 
 HERE = Path(__file__).parent
-CONFIGS = [HERE / f"configs{s}.csv" for s in ("", "_unseen", "_unseen2", "_unseen3", "_unseen4")]
+CONFIGS = [HERE / f"configs{s}.csv" for s in ("", "_unseen", "_unseen2", "_unseen3", "_unseen4", "_broad_hf2")]
 COLUMNS = ("name", "hidden", "heads", "layers", "seq_len", "micro_batch", "micro_batches", "recompute", "vocab",
            "iteration_s", "iteration_median_s", "iters", "max_memory_allocated_bytes", "gpu", "torch")
 
@@ -41,14 +43,15 @@ def main() -> None:
     meta = next(r for r in rows if r["kind"] == "meta")
     shapes = {r["name"]: r for path in CONFIGS for r in csv.DictReader(open(path))}
     figs = pair_figures(rows, min_sustained=10)
-    for figure in ("burst", "sustained", "protocol"):
+    for figure in ("burst", "sustained", "protocol", "sustained_min"):
         path = Path(args.out_dir) / f"measured_{figure}.csv"
+        median = "sustained" if figure == "sustained_min" else figure
         with open(path, "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=COLUMNS)
             w.writeheader()
             for name, f in figs.items():
                 w.writerow({**{k: shapes[name][k] for k in COLUMNS[:8]}, "vocab": 50432,
-                            "iteration_s": f"{f[figure]:.6f}", "iteration_median_s": f"{f[figure]:.6f}",
+                            "iteration_s": f"{f[figure]:.6f}", "iteration_median_s": f"{f[median]:.6f}",
                             "iters": "", "max_memory_allocated_bytes": "", "gpu": meta["gpu"], "torch": meta["torch"]})
         print(f"wrote {path}")
     print("config  burst ms  sustained ms  protocol ms  sustained/burst")
