@@ -398,12 +398,14 @@ def class_places(rows: Sequence[dict[str, Any]], source: str = "table"
 
     curves = {}
     for name, (kernel, tag) in FILLERS.items():
+        if kernel not in by:
+            raise ConfigError(source, f"no {kernel} row: a power-class table needs the {name} filler alone")
         pts = [(1.0, gemm["window_s"] / gb)] + [point(by[f"mix_bf16_{tag}{n}"], n, by[kernel])
                                                 for n in (1, 2, 4, 8, 16) if f"mix_bf16_{tag}{n}" in by]
         curves[name] = fit_curve(pts)
     places = []
     for kernel, mix in by.items():
-        if kernel.startswith("mix:"):
+        if kernel.startswith("mix:") and kernel[4:] in by:  # a mix whose kind alone was not measured says nothing
             d, g = point(mix, int(mix["n"]), by[kernel[4:]])
             places.append((kernel[4:], d, g, curves["copy"].factor(d), curves["gelu"].factor(d)))
     return curves, places

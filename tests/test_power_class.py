@@ -105,6 +105,15 @@ def test_bad_classes_and_onset_are_one_line(tmp_path):
     table.write_text(json.dumps({"kernel": "copy_256mib", "round": 0, "gpu": 0, "burst_s": 1, "window_s": 1}) + "\n")
     with pytest.raises(ConfigError, match="gemm_bf16_8192"):
         filler_classes([str(table)])
+    no_gelu = tmp_path / "no_gelu.jsonl"  # a reference missing: one line naming it, from the command too
+    no_gelu.write_text("".join(json.dumps(r) + "\n" for r in _class_rows(0.5) if r["kernel"] != "gelu_256mib"))
+    with pytest.raises(ConfigError, match="gelu_256mib"):
+        filler_classes([str(no_gelu)])
+    spread = ROOT / "validation" / "gpu_spread_h200_1gpu_machineAK" / "spread.jsonl"
+    r = subprocess.run([sys.executable, "-m", "trainsim.calibration.power_cap", str(spread), "--classes", str(no_gelu),
+                        "--out", str(tmp_path / "o.json")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout.count("\n") == 1 and "gelu_256mib" in r.stdout
+    assert not (tmp_path / "o.json").exists()
 
 
 def test_build_costs_prices_each_stage_at_its_fillers_class():
