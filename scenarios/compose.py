@@ -352,7 +352,7 @@ def layout_text(scenario: Scenario) -> str:
         parts.append("SP")
     if par.virtual_stages > 1:
         parts.append(f"interleaved x{par.virtual_stages}")
-    return f"{' '.join(parts)} ({scenario.gpus} GPUs)"
+    return f"{' '.join(parts)} ({scenario.gpus} GPU{'s' if scenario.gpus != 1 else ''})"
 
 
 def memory_line(pred: Prediction) -> str:

@@ -58,6 +58,19 @@ def test_the_single_h100_sxm_preset_makes_a_two_gpu_node_with_gpus_per_node_alon
     assert cluster_from_mapping({"preset": "h100-sxm"}).gpus_per_node == 1
 
 
+def test_the_single_h200_sxm_preset_and_its_scenario_price_the_validation_tables_row():
+    # gptneox-h200 is the lent H200's single-GPU workload: the same iteration as gptneox-h100 given the H200
+    # and its profile, as `trainsim validate` prices an H200 table's rows
+    from trainsim.scenarios.compose import predict
+    from trainsim.scenarios.schema import load_scenario
+
+    c = cluster_from_mapping({"preset": "h200-sxm", "gpus_per_node": 2})
+    assert (c.gpu.name, c.gpus_per_node, c.nvlink_bw) == ("h200", 2, NVLINK4_MEASURED_BW)
+    own = predict(load_scenario("gptneox-h200"))
+    told = predict(load_scenario("gptneox-h100", ["cluster.gpu=h200", "profile.name=h200-sxm-bf16"]))
+    assert own.eq7.iteration_s == told.eq7.iteration_s and own.scenario.cluster.name == "h200-sxm"
+
+
 def test_a_preset_without_nvlink_says_so_when_given_more_gpus_per_node():
     with pytest.raises(ConfigError) as e:
         cluster_from_mapping({"preset": "vista", "gpus_per_node": 2})

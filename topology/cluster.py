@@ -139,6 +139,9 @@ CLUSTER_PRESETS: dict[str, ClusterSpec] = {
     # unused at one GPU per node, and --set cluster.gpus_per_node=2 gives a valid 2-GPU node.
     "h100-sxm": ClusterSpec("h100-sxm", GPU_PRESETS["h100-sxm"], gpus_per_node=1, max_nodes=None,
                             nvlink_bw=NVLINK4_MEASURED_BW, nic_bw=400 * _GBIT, nics_per_node=1),
+    # One H200 SXM on its own, as h100-sxm is one H100 (the lent single-GPU machines of docs/h100.md)
+    "h200-sxm": ClusterSpec("h200-sxm", GPU_PRESETS["h200"], gpus_per_node=1, max_nodes=None,
+                            nvlink_bw=NVLINK4_MEASURED_BW, nic_bw=400 * _GBIT, nics_per_node=1),
 }
 
 
