@@ -155,10 +155,11 @@ def summary(table: list[dict]) -> dict:
     # against the median of the measured iterations too: host-bound layouts wander 6-24 % above their
     # fastest iteration within one run (docs/multi_gpu.md), GPU-bound ones 0.3-3 %
     med = [abs(100.0 * (r["simulated_s"] / r["measured_median_s"] - 1)) for r in done if r.get("measured_median_s")]
-    from trainsim.scenarios.compose import in_band
+    from trainsim.scenarios.compose import gpu_paced, in_band
 
     banded = [r for r in done if r.get("host_band_s")]
     inside = [r for r in banded if in_band(r["host_band_s"], r["measured_s"])]
+    paced = [abs(r["simulated_err_pct"]) for r in done if gpu_paced(r.get("host_band_s"), r["simulated_s"])]
     by_layout: dict[str, list[float]] = {}
     for r in done:
         by_layout.setdefault(r["layout"], []).append(r["simulated_err_pct"])
@@ -169,6 +170,8 @@ def summary(table: list[dict]) -> dict:
     return {"rows": len(table), "predicted": len(done), "simulated_mape_pct": sum(errs) / len(errs),
             "layouts": layouts,
             "host_band_rows": len(banded), "inside_host_band": len(inside),
+            # the rows the GPU paces (no host band, or one under 2 % wide) and their MAPE
+            "gpu_paced_rows": len(paced), "gpu_paced_mape_pct": sum(paced) / len(paced) if paced else None,
             "simulated_max_abs_err_pct": max(errs), "closed_form_mape_pct": sum(eq7) / len(eq7),
             "closed_form_max_abs_err_pct": max(eq7), "skipped": len(table) - len(done),
             "memory_mape_pct": sum(mems) / len(mems) if mems else None,
@@ -206,6 +209,9 @@ def render(table: list[dict]) -> str:
             lines.append(f"host band (each row on the fastest and the slowest host measured for the profile, "
                          f"x{lo:.2f} to x{hi:.2f}): {s['host_band_rows']} rows have one, the measurement is inside "
                          f"it on {s['inside_host_band']}")
+        if s["gpu_paced_rows"] and s["gpu_paced_rows"] < s["predicted"]:
+            lines.append(f"the GPU paces {s['gpu_paced_rows']} rows (no host band, or one under 2 % wide): simulated "
+                         f"MAPE {s['gpu_paced_mape_pct']:.1f} %")
     else:
         lines.append("\nno row could be predicted")
     return "\n".join(lines)

@@ -174,6 +174,16 @@ def in_band(band_s: Sequence[float] | None, measured_s: float) -> bool:
     return bool(band_s) and band_s[0] <= measured_s <= band_s[1]
 
 
+#: a host band narrower than this share of the prediction: the host cannot set the row's pace
+GPU_PACED_BAND = 0.02
+
+
+def gpu_paced(band_s: Sequence[float] | None, predicted_s: float) -> bool:
+    """Whether the GPU paces a predicted row: it has no host band, or one under :data:`GPU_PACED_BAND` of
+    its prediction wide (the fastest and the slowest host measured give nearly the same time)."""
+    return not band_s or (band_s[1] - band_s[0]) < GPU_PACED_BAND * predicted_s
+
+
 @dataclass(frozen=True)
 class Prediction:
     scenario: Scenario

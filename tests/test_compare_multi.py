@@ -136,6 +136,13 @@ def test_the_summary_counts_the_rows_inside_their_host_band():
     assert (s["host_band_rows"], s["inside_host_band"]) == (2, 1)
     assert ("host band (each row on the fastest and the slowest host measured for the profile, x0.85 to x1.16): "
             "2 rows have one, the measurement is inside it on 1") in compare_multi.render(table)
+    # the rows the GPU paces: no band (0.95 s: +5.3 %) or one under 2 % of the prediction wide (1.0 to 1.015)
+    narrow = [*table, row(0.98, [1.0, 1.015])]
+    s = compare_multi.summary(narrow)
+    assert s["gpu_paced_rows"] == 2
+    assert s["gpu_paced_mape_pct"] == pytest.approx((100 * (1 / 0.95 - 1) + 100 * (1 / 0.98 - 1)) / 2)
+    assert "the GPU paces 2 rows (no host band, or one under 2 % wide): simulated MAPE 3.7 %" in \
+        compare_multi.render(narrow)
 
 
 def test_the_summary_gives_each_layout_its_mape_and_mean_error():

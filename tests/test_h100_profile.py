@@ -211,3 +211,21 @@ def test_validate_counts_the_configurations_inside_their_host_band(cache, capsys
         assert lo < r["predicted_s"] < hi
     assert report["summary"]["inside_host_band"] == sum(
         1 for r in banded if r["host_band_s"][0] <= r["measured_s"] <= r["host_band_s"][1])
+
+
+def test_validate_splits_the_rows_the_gpu_paces_from_those_the_host_can(cache, capsys):
+    # a row the GPU paces has no host band or one under 2 % of its prediction wide; the summary gives each
+    # group's MAPE (validation/unseen15_broad_hf4_h200_1gpu_machineDL: four and ten rows)
+    from trainsim.scenarios.cli import main
+
+    table = str(ROOT / "validation" / "unseen15_broad_hf4_h200_1gpu_machineDL" / "measured_unseen15_h200.csv")
+    assert main(["validate", "--measured", table, "--json", "--cache-dir", cache, "-q"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows, s = out["configurations"], out["summary"]
+    paced = [abs(r["time_error_pct"]) for r in rows
+             if r["host_band_s"] is None or r["host_band_s"][1] - r["host_band_s"][0] < 0.02 * r["predicted_s"]]
+    assert s["gpu_paced_configurations"] == len(paced) == 4 and s["host_paced_configurations"] == 10
+    assert s["gpu_paced_mape_pct"] == pytest.approx(sum(paced) / 4) and s["gpu_paced_mape_pct"] < 3.0
+    assert s["host_paced_mape_pct"] > s["gpu_paced_mape_pct"]
+    assert main(["validate", "--measured", table, "--cache-dir", cache, "-q"]) == 0
+    assert "The GPU paces 4 (no host band, or one under 2 % wide)" in capsys.readouterr().out

@@ -127,10 +127,12 @@ def predict_row(row: dict[str, str], scenario: str, extra: list[str], cache_dir:
 
 
 def summarize(results: list[dict]) -> dict:
-    from trainsim.scenarios.compose import in_band
+    from trainsim.scenarios.compose import gpu_paced, in_band
 
     n = len(results)
     mem = [abs(r["memory_error_pct"]) for r in results if r["memory_error_pct"] is not None]
+    paced = [abs(r["time_error_pct"]) for r in results if gpu_paced(r.get("host_band_s"), r["predicted_s"])]
+    hosted = [abs(r["time_error_pct"]) for r in results if not gpu_paced(r.get("host_band_s"), r["predicted_s"])]
     return {
         "configurations": n,
         "time_mape_pct": sum(abs(r["time_error_pct"]) for r in results) / n,
@@ -141,6 +143,11 @@ def summarize(results: list[dict]) -> dict:
         # where the host can set the pace: the rows with a host band, and those measured inside it
         "host_band_configurations": sum(1 for r in results if r.get("host_band_s")),
         "inside_host_band": sum(1 for r in results if in_band(r.get("host_band_s"), r["measured_s"])),
+        # the rows the GPU paces (no host band, or one under 2 % wide) and the rest, each's MAPE
+        "gpu_paced_configurations": len(paced),
+        "gpu_paced_mape_pct": sum(paced) / len(paced) if paced else None,
+        "host_paced_configurations": len(hosted),
+        "host_paced_mape_pct": sum(hosted) / len(hosted) if hosted else None,
     }
 
 
@@ -170,6 +177,10 @@ def render(results: list[dict], summary: dict) -> str:
         lines.append(f"Host band (each configuration on the fastest and the slowest host measured for the profile): "
                      f"{summary['host_band_configurations']} have one, the measurement is inside it on "
                      f"{summary['inside_host_band']}.")
+    if summary.get("gpu_paced_configurations") and summary.get("host_paced_configurations"):
+        lines.append(f"The GPU paces {summary['gpu_paced_configurations']} (no host band, or one under 2 % wide): "
+                     f"MAPE {summary['gpu_paced_mape_pct']:.2f}%; the host can pace the other "
+                     f"{summary['host_paced_configurations']}: {summary['host_paced_mape_pct']:.2f}%.")
     return "\n".join(lines)
 
 
