@@ -76,13 +76,10 @@ def measure(args: argparse.Namespace) -> None:
     env = make_env("cuda", "bf16")
     dev = torch.device("cuda", 0)
     out = Path(args.out)
-    done = {json.loads(line)["kernel"] for line in out.read_text().splitlines()} if out.exists() else set()
+    # a resumed run: what is measured already, and each kernel's burst (a mix's N needs its kind's and the GEMM's)
+    bursts = {r["kernel"]: r["burst_s"] for r in map(json.loads, out.read_text().splitlines())} if out.exists() else {}
+    done = set(bursts)
     t = time.time()
-    bursts: dict[str, float] = {}
-    if out.exists():
-        for line in out.read_text().splitlines():
-            r = json.loads(line)
-            bursts[r["kernel"]] = r["burst_s"]
 
     def record(kernel: str, fn: Callable[[], Any], extra: dict[str, Any]) -> None:
         nonlocal t
