@@ -377,9 +377,9 @@ def filler_classes(paths: Sequence[str]) -> dict[str, float]:
     found: dict[str, list[float]] = {}
     for path in paths:
         _, places = class_places(_read_tables([path]), path)
-        for kind, _d, _g, gc, ge in places:
+        for kind, _, g, gc, ge in places:
             if ge - gc >= 0.02:
-                found.setdefault(kind, []).append((_g - gc) / (ge - gc))
+                found.setdefault(kind, []).append((g - gc) / (ge - gc))
     return {k: round(min(1.0, max(0.0, statistics.mean(v))), 3) for k, v in sorted(found.items())}
 
 
@@ -451,15 +451,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         record = fit_power_cap(args.tables, args.filler)
-        if args.gelu:
-            gelu_rows = _read_tables(args.gelu)
-            pts: dict[str, list[tuple[float, float]]] = {}
-            for path in args.gelu:
-                for precision, d, g in mix_points([r for r in gelu_rows if r["source"] == path], "gelu"):
-                    pts.setdefault(precision, []).append((round(d, 4), round(g, 4)))
+        if args.gelu:  # the same fit on the GELU mixes; a precision that has none keeps no GELU curve
+            gelu = fit_power_cap(args.gelu, "gelu")
             record["gelu_sources"] = list(args.gelu)
-            record["gelu_curves"] = {k: [list(knot) for knot in fit_curve(v).knots] for k, v in pts.items()
-                                     if any(d < 1.0 for d, _ in v)}
+            record["gelu_curves"] = {k: v for k, v in gelu["curves"].items() if gelu["filler"][k] == "gelu"}
         if args.classes:
             record["class_sources"] = list(args.classes)
             record["filler_class"] = filler_classes(args.classes)

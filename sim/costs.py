@@ -318,22 +318,35 @@ def _compute_s(p: StagePlan, fwd: dict[Op, float], bwd: dict[Op, float]) -> floa
             + sum(oc.count * bwd[oc.op] for oc in p.backward))
 
 
-def _burst_tables(fwd: dict[Op, float], bwd: dict[Op, float], tc: TensorCoreSeconds,
-                  cap: _PowerCap) -> tuple[dict[Op, float], dict[Op, float]]:
+#: (operator kind, direction) -> its filler class (calibration.power_cap: 0 as a copy, 1 as a GELU)
+FillerWeights = dict[tuple[OpKind, Direction], float]
+
+
+def _filler_weights(cap: _PowerCap, fwd: dict[Op, float], bwd: dict[Op, float],
+                    upd: dict[Op, float]) -> FillerWeights:
+    """Every operator kind's filler class in each direction it runs, looked up once per run."""
+    out: FillerWeights = {}
+    for table, direction in ((fwd, Direction.FWD), (bwd, Direction.BWD), (upd, Direction.UPDATE)):
+        for kind in {op.kind for op in table}:
+            out[kind, direction] = cap.filler_weight(kind.value, direction.value)
+    return out
+
+
+def _burst_tables(fwd: dict[Op, float], bwd: dict[Op, float], tc: TensorCoreSeconds, cap: _PowerCap,
+                  weights: FillerWeights) -> tuple[dict[Op, float], dict[Op, float]]:
     """The operator tables as bursts: each sample over what the cap had already taken of it while the
     harness timed it (``cap.sample_cap``: a tensor-core kernel of more than a few milliseconds)."""
     def burst(table: dict[Op, float], direction: Direction) -> dict[Op, float]:
         out = {}
         for op, t in table.items():
             sec, precision = tc.get((op, direction), (0.0, "bf16"))
-            e = cap.sample_cap(precision, t, sec, cap.filler_weight(op.kind.value, direction.value)) if sec else 1.0
-            out[op] = t / e
+            out[op] = t / cap.sample_cap(precision, t, sec, weights[op.kind, direction]) if sec else t
         return out
     return burst(fwd, Direction.FWD), burst(bwd, Direction.BWD)
 
 
 def filler_share(p: StagePlan, micro_batches: int, fwd: dict[Op, float], bwd: dict[Op, float],
-                 upd: dict[Op, float], tc: TensorCoreSeconds, cap: _PowerCap) -> float:
+                 upd: dict[Op, float], tc: TensorCoreSeconds, weights: FillerWeights) -> float:
     """The filler class w of a stage's time off the tensor cores over an iteration (calibration.power_cap:
     0 as the probe's copies, 1 as its GELUs): every operator's time beside its tensor-core seconds, the
     update's kernels included, weighted by its kind's measured class. The idle time of bubbles and host
@@ -344,11 +357,11 @@ def filler_share(p: StagePlan, micro_batches: int, fwd: dict[Op, float], bwd: di
         for oc in ocs:
             t = table[oc.op]
             rest = micro_batches * oc.count * (t - min(t, tc.get((oc.op, direction), (0.0, ""))[0]))
-            num += rest * cap.filler_weight(oc.op.kind.value, direction.value)
+            num += rest * weights[oc.op.kind, direction]
             den += rest
     for op, count in ((p.optimizer, 1), (p.grad_accum, p.grad_accum_count)):
         if op is not None and count:
-            num += count * upd[op] * cap.filler_weight(op.kind.value, Direction.UPDATE.value)
+            num += count * upd[op] * weights[op.kind, Direction.UPDATE]
             den += count * upd[op]
     return num / den if den > 0 else 0.0
 
@@ -672,9 +685,10 @@ def build_costs(
         shares = shares_of(stages)
         kinds = sorted({k for _, k in tc.values()})  # the GEMM precisions this run has
         # what fills each stage's time off the tensor cores (its operators' measured classes; 0 without them)
-        classes = [filler_share(p, training.micro_batches, fwd, bwd, upd, tc, cap) for p in plans]
+        weights = _filler_weights(cap, fwd, bwd, upd)
+        classes = [filler_share(p, training.micro_batches, fwd, bwd, upd, tc, weights) for p in plans]
         if any(cap.factor(k, d, w) > 1.0 for d, w in zip(shares, classes, strict=True) for k in kinds):
-            burst_fwd, burst_bwd = _burst_tables(fwd, bwd, tc, cap)  # the samples' own cap taken out
+            burst_fwd, burst_bwd = _burst_tables(fwd, bwd, tc, cap, weights)  # the samples' own cap taken out
             for _ in range(3):  # the slowed kernels lengthen the iteration, which lowers the share: a fixed point
                 stages = [compose(p, cap.factor("bf16", d, w), *_sustained(burst_fwd, burst_bwd, tc, cap, d, w))
                           for p, d, w in zip(plans, shares, classes, strict=True)]

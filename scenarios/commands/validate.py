@@ -131,8 +131,10 @@ def summarize(results: list[dict]) -> dict:
 
     n = len(results)
     mem = [abs(r["memory_error_pct"]) for r in results if r["memory_error_pct"] is not None]
-    paced = [abs(r["time_error_pct"]) for r in results if gpu_paced(r.get("host_band_s"), r["predicted_s"])]
-    hosted = [abs(r["time_error_pct"]) for r in results if not gpu_paced(r.get("host_band_s"), r["predicted_s"])]
+    paced: list[float] = []
+    hosted: list[float] = []
+    for r in results:  # the rows the GPU paces, and those the host can
+        (paced if gpu_paced(r.get("host_band_s"), r["predicted_s"]) else hosted).append(abs(r["time_error_pct"]))
     return {
         "configurations": n,
         "time_mape_pct": sum(abs(r["time_error_pct"]) for r in results) / n,
