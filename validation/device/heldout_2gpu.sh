@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Device batch (a 2-GPU host): a held-out draw of Hugging Face shapes under every 2-GPU layout of
+# validation/train_hf_parallel.py, the subsets written and committed before the run:
+#   SET=unseen12  -> validation/hf_parallel_shapes_${SET}.csv (1gpu, fsdp2, dp2: shapes without recompute),
+#                    ..._pp2.csv (pp2: two or more micro-batches), ..._tp2.csv (tp2: even heads)
+#   ORDER="pp2 tp2 fsdp2,dp2"   the order the layout groups run in (the first ones are what is missing)
+# One resumable work folder per set (/tmp/heldout_$SET): re-running on the same warm machine skips the
+# pairs already measured. $OUT/${SET}_2gpu.csv (every row, 1gpu included), gpus.csv, topo.txt, cpu.txt,
+# logs.tgz; the rows' table last.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=. PYTHONUNBUFFERED=1
+SET=${SET:?SET=unseenN}; ORDER=${ORDER:-"pp2 tp2 fsdp2,dp2"}
+R=${OUT:-out}; mkdir -p "$R"; t0=$(date +%s); TOTAL=${TOTAL_S:-540}
+W=/tmp/heldout_$SET; V=validation/hf_parallel_shapes_$SET
+lscpu > "$R/cpu.txt" 2>/dev/null
+left() { echo $(( TOTAL - ($(date +%s) - t0) )); }
+for lays in $ORDER; do
+  case "$lays" in pp2) S=${V}_pp2.csv ;; tp2) S=${V}_tp2.csv ;; *) S=${V}.csv ;; esac
+  l=$(left); [ "$l" -le 60 ] && { echo "no time left for $lays"; continue; }
+  OUT=$R/parts WORK=$W NPROC=2 LAYOUTS=$lays SHAPES=$S BUDGET_S=$(( l - 60 )) \
+    bash validation/device/hf_parallel.sh >> "/tmp/heldout_$SET.log" 2>&1
+done
+cp "$W/measured.csv" "$R/${SET}_2gpu.csv" 2>/dev/null; cp "$R/parts/gpus.csv" "$R/parts/topo.txt" "$R/" 2>/dev/null
+tar czf "$R/logs.tgz" -C / "tmp/heldout_$SET.log" $(cd / && ls -d tmp/heldout_$SET/log-* 2>/dev/null) 2>/dev/null
+rm -rf "$R/parts"
+python3 - "$W/measured.csv" <<'PY'
+import csv, sys
+try:
+    rows = list(csv.DictReader(open(sys.argv[1])))
+except OSError:
+    sys.exit("no rows")
+keys = [k for k in ("layout", "name", "min_s", "median_s", "max_mem_gib") if rows and k in rows[0]]
+print(" ".join(f"{k:>14}" for k in keys))
+for r in rows:
+    print(" ".join(f"{r[k]:>14}" for k in keys))
+PY
+echo "total $(( $(date +%s) - t0 )) s"
