@@ -216,6 +216,8 @@ class PowerCapModel:
 
 #: the mixes' other work: the probe's copies, or GELUs over as many bytes (elementwise work with arithmetic)
 FILLERS = {"copy": ("copy_256mib", "c"), "gelu": ("gelu_256mib", "e")}
+#: the probe's mixes: the GEMM then N fillers (32 and 64 since machines DO and DP: D down to 0.1)
+MIX_FILLERS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def mix_points(rows: Sequence[dict[str, Any]], filler: str = "copy") -> list[tuple[str, float, float]]:
@@ -238,18 +240,20 @@ def mix_points(rows: Sequence[dict[str, Any]], filler: str = "copy") -> list[tup
             out.append((precision, 1.0, gw / gb))
             if cb is None or cw is None:
                 continue
-            for n in (1, 2, 4, 8, 16):
+            for n in MIX_FILLERS:
                 mw = get(f"mix_{precision}_{tag}{n}", rnd, gpu, "window_s")
                 if mw is not None:
                     out.append((precision, gb / (gb + n * cb), (mw - n * cw) / gb))
     return out
 
 
-def fit_curve(points: Iterable[tuple[float, float]]) -> Curve:
+def fit_curve(points: Iterable[tuple[float, float]], level: bool = False) -> Curve:
     """The knots of the measured points: mean g per D (D to 0.02), made non-decreasing in D (pooled
     where a lower D measured slower: the burst's own noise, about 2 %), never under 1; below the
     lowest D the first segment is extended down to g = 1 (where the data say nothing, the nearest
-    measured slope)."""
+    measured slope). ``level``: the points are one level (a filler that holds the chip at its cap alone,
+    the GELU: the GEMM beside it runs at the capped clock whatever its share), their mean from the lowest
+    share measured to 1, down to no slowdown at D = 0 below it."""
     raw = list(points)
     pts = sorted((round(d / 0.02) * 0.02, g) for d, g in raw)
     if len({d for d, _ in pts}) < 2:
@@ -263,6 +267,8 @@ def fit_curve(points: Iterable[tuple[float, float]]) -> Curve:
             bins.append([d, g, 1])
     # pool adjacent violators: (sum of g, points, their Ds) per block
     blocks: list[tuple[float, float, list[float]]] = [(b[1], b[2], [b[0]]) for b in bins]
+    if level:
+        blocks = [(sum(b[0] for b in blocks), sum(b[1] for b in blocks), [d for b in blocks for d in b[2]])]
     i = 0
     while i < len(blocks) - 1:
         if blocks[i][0] / blocks[i][1] >= blocks[i + 1][0] / blocks[i + 1][1]:  # level parts are one block
@@ -342,7 +348,8 @@ def fit_power_cap(paths: Sequence[str], filler: str = "copy") -> dict[str, Any]:
         for precision, pts in found.items():
             if precision not in points and any(d < 1.0 for d, _ in pts):  # mixes with this filler, not lone GEMMs only
                 points[precision], fillers[precision] = pts, kind
-    curves = {k: fit_curve(v) for k, v in points.items() if len({round(d, 2) for d, _ in v}) >= 2}
+    curves = {k: fit_curve(v, level=fillers[k] == "gelu") for k, v in points.items()
+              if len({round(d, 2) for d, _ in v}) >= 2}
     if not curves:
         raise ConfigError("power cap", "no GEMM with its sustained and burst times in the tables")
     rates = {k: float(np.median([r["burst_rate"] for r in rows if r["kernel"] == f"gemm_{k}_8192"]))
@@ -401,8 +408,8 @@ def class_places(rows: Sequence[dict[str, Any]], source: str = "table"
         if kernel not in by:
             raise ConfigError(source, f"no {kernel} row: a power-class table needs the {name} filler alone")
         pts = [(1.0, gemm["window_s"] / gb)] + [point(by[f"mix_bf16_{tag}{n}"], n, by[kernel])
-                                                for n in (1, 2, 4, 8, 16) if f"mix_bf16_{tag}{n}" in by]
-        curves[name] = fit_curve(pts)
+                                                for n in MIX_FILLERS if f"mix_bf16_{tag}{n}" in by]
+        curves[name] = fit_curve(pts, level=name == "gelu")
     places = []
     for kernel, mix in by.items():
         if kernel.startswith("mix:") and kernel[4:] in by:  # a mix whose kind alone was not measured says nothing

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from trainsim.calibration.power_cap import (
@@ -35,8 +36,12 @@ H200_TABLES = [ROOT / "validation" / "gpu_spread_h200_1gpu_machineAK" / "spread.
                ROOT / "validation" / "gpu_spread_h200_4gpu_machineAH" / "v3_window" / "spread.jsonl"]
 # the H200's GELU curve, its kernels' filler classes and the cap's onset (docs/efficiency.md, "What fills the time")
 H200_CLASSES = [ROOT / "validation" / f"power_class_h200_machine{m}" / "power_class.jsonl" for m in ("DJ", "DK")]
+# the GELU mixes at low shares (DO, DP) and with the FP8 GEMM (DQ, DR), 2026-11-29
+H200_LOW_FP8 = [ROOT / "validation" / f"power_{t}_h200_machine{m}" / "spread.jsonl"
+                for t, m in (("low_share", "DO"), ("low_share", "DP"), ("gelu_fp8", "DQ"), ("gelu_fp8", "DR"))]
 H200_EXTRA = ["--gelu", str(ROOT / "validation" / "power_gelu_h200_machineDE" / "spread.jsonl"),
-              *map(str, H200_CLASSES), "--classes", *map(str, H200_CLASSES), "--onset-ms", "30", "80"]
+              *map(str, H200_CLASSES), *map(str, H200_LOW_FP8), "--classes", *map(str, H200_CLASSES),
+              "--onset-ms", "30", "80"]
 
 
 # -- the measured curve --------------------------------------------------------------------------------
@@ -278,6 +283,34 @@ def test_a_flat_curve_and_the_gelu_filler():
     pts = mix_points(rows, "gelu")
     assert len(pts) == 2 and pts[1][1] == pytest.approx(2 / 3) and pts[1][2] == pytest.approx(1.12)
     assert mix_points(rows)[1][2] == pytest.approx(1.02)  # the copies' mix: (1.5 - 2 * 0.24) / 1.0
+
+
+def test_a_level_fit_pools_every_share():
+    # a filler that holds the chip at its cap alone: one level, the mean of every point, from the lowest share
+    # measured; the same points fitted as a curve rise from the low share instead (pool-adjacent-violators)
+    pts = [(0.11, 1.07), (0.2, 1.12), (0.33, 1.18), (0.66, 1.17), (1.0, 1.17)]
+    level = fit_curve(pts, level=True)
+    assert level.knots == ((0.0, 1.0), (0.11, 1.142), (1.0, 1.142))
+    assert fit_curve(pts).knots[1] != (0.11, 1.142)
+
+
+def test_the_gelu_mixes_sit_at_each_chips_own_lone_gemm_throttle():
+    # DE, DJ, DK (D 0.32-0.89), DO, DP (0.10-0.20) and DQ, DR (bf16 0.48, FP8 0.11-0.68): every GELU mix's g
+    # within 5 % of the same chip's lone GEMM (D = 1) and no trend in D, the reason the GELU curve is one
+    # level (docs/efficiency.md, "The GELU level at low shares, and in FP8")
+    tables = [ROOT / "validation" / "power_gelu_h200_machineDE" / "spread.jsonl", *H200_CLASSES, *H200_LOW_FP8]
+    ratios = []
+    for table in tables:
+        rows = [dict(r, source=str(table)) for r in map(json.loads, table.read_text().splitlines())]
+        for precision in ("bf16", "fp8"):
+            pts = [(d, g) for p, d, g in mix_points(rows, "gelu") if p == precision]
+            lone = [g for d, g in pts if d == 1.0]
+            if lone:
+                ratios += [(d, g / float(np.mean(lone))) for d, g in pts if d < 1.0]
+    assert len(ratios) == 21 and min(d for d, _ in ratios) < 0.12
+    assert all(0.95 < r < 1.05 for _, r in ratios)
+    low, high = [r for d, r in ratios if d < 0.3], [r for d, r in ratios if d >= 0.3]
+    assert abs(float(np.mean(low)) - float(np.mean(high))) < 0.02
 
 
 def test_the_gelu_curve_of_machine_de_is_flat():
