@@ -30,8 +30,9 @@ prices a job of n GPUs so: each GPU's capped time varies by ``spread`` scaled by
 at that D ((g(D) - 1) / (g(1) - 1)), and the job takes the expected maximum of n such GPUs
 (:func:`expected_max_normal`: 0.56 standard deviations for 2, 2.34 for 64, 3.25 for 1,024).
 
-What fills the rest of the GPU's time matters: beside GELUs the GEMM throttles x1.17 from D = 0.33, beside
-copies x1.02 there. Where measured (the H200; validation/probe_power_class.py), each operator kind has a
+What fills the rest of the GPU's time matters: beside GELUs the GEMM throttles as much as alone at every
+share measured (D 0.1 to 1, bf16 and FP8, seven H200s: a level, ``fit_curve(level=True)``), beside copies
+x1.02 at D = 0.39. Where measured (the H200; validation/probe_power_class.py), each operator kind has a
 filler class w in [0, 1] (:func:`filler_classes`: where a GEMM beside it throttles between the same chip's
 copy and GELU curves), a stage takes its operators' time-weighted class, and g(D) moves that fraction of
 the way from the copy curve to the GELU curve (:meth:`PowerCapModel.factor`). And the harness timed the
