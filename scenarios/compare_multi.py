@@ -159,14 +159,22 @@ def summary(table: list[dict]) -> dict:
 
     banded = [r for r in done if r.get("host_band_s")]
     inside = [r for r in banded if in_band(r["host_band_s"], r["measured_s"])]
-    paced = [abs(r["simulated_err_pct"]) for r in done if gpu_paced(r.get("host_band_s"), r["simulated_s"])]
     by_layout: dict[str, list[float]] = {}
+    paced_by_layout: dict[str, list[float]] = {}
     for r in done:
         by_layout.setdefault(r["layout"], []).append(r["simulated_err_pct"])
+        if gpu_paced(r.get("host_band_s"), r["simulated_s"]):
+            paced_by_layout.setdefault(r["layout"], []).append(abs(r["simulated_err_pct"]))
+    paced = [e for v in paced_by_layout.values() for e in v]
     # per layout: its MAPE and its mean signed error (a bias the runtime's model has, where the MAPE
-    # alone cannot tell a bias from one machine's host being fast or slow)
+    # alone cannot tell a bias from one machine's host being fast or slow), and its GPU-paced rows' MAPE
+    # (what the model of the GPU, without the machine's host, gets)
     layouts = {lay: {"rows": len(v), "simulated_mape_pct": sum(abs(e) for e in v) / len(v),
-                     "simulated_mean_err_pct": sum(v) / len(v)} for lay, v in by_layout.items()}
+                     "simulated_mean_err_pct": sum(v) / len(v),
+                     "gpu_paced_rows": len(paced_by_layout.get(lay, ())),
+                     "gpu_paced_mape_pct": (sum(paced_by_layout[lay]) / len(paced_by_layout[lay])
+                                            if lay in paced_by_layout else None)}
+               for lay, v in by_layout.items()}
     return {"rows": len(table), "predicted": len(done), "simulated_mape_pct": sum(errs) / len(errs),
             "layouts": layouts,
             "host_band_rows": len(banded), "inside_host_band": len(inside),
@@ -210,8 +218,10 @@ def render(table: list[dict]) -> str:
                          f"x{lo:.2f} to x{hi:.2f}): {s['host_band_rows']} rows have one, the measurement is inside "
                          f"it on {s['inside_host_band']}")
         if s["gpu_paced_rows"] and s["gpu_paced_rows"] < s["predicted"]:
+            per = [f"{lay} {v['gpu_paced_rows']}, {v['gpu_paced_mape_pct']:.1f} %"
+                   for lay, v in s["layouts"].items() if v["gpu_paced_rows"]]
             lines.append(f"the GPU paces {s['gpu_paced_rows']} rows (no host band, or one under 2 % wide): simulated "
-                         f"MAPE {s['gpu_paced_mape_pct']:.1f} %")
+                         f"MAPE {s['gpu_paced_mape_pct']:.1f} %" + (f" ({'; '.join(per)})" if len(per) > 1 else ""))
     else:
         lines.append("\nno row could be predicted")
     return "\n".join(lines)

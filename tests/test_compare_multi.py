@@ -143,6 +143,12 @@ def test_the_summary_counts_the_rows_inside_their_host_band():
     assert s["gpu_paced_mape_pct"] == pytest.approx((100 * (1 / 0.95 - 1) + 100 * (1 / 0.98 - 1)) / 2)
     assert "the GPU paces 2 rows (no host band, or one under 2 % wide): simulated MAPE 3.7 %" in \
         compare_multi.render(narrow)
+    # per layout: a dp2 row the GPU paces (no band, -10 %) beside the tp2 rows
+    mixed = [*narrow, dict(row(1.0, None), layout="dp2", simulated_s=0.9, simulated_err_pct=-10.0)]
+    s = compare_multi.summary(mixed)
+    assert (s["layouts"]["tp2"]["gpu_paced_rows"], s["layouts"]["dp2"]["gpu_paced_rows"]) == (2, 1)
+    assert s["layouts"]["dp2"]["gpu_paced_mape_pct"] == pytest.approx(10.0)
+    assert "simulated MAPE 5.8 % (tp2 2, 3.7 %; dp2 1, 10.0 %)" in compare_multi.render(mixed)
 
 
 def test_the_summary_gives_each_layout_its_mape_and_mean_error():
@@ -154,8 +160,11 @@ def test_the_summary_gives_each_layout_its_mape_and_mean_error():
     # tp2: +4 and -6 (MAPE 5, mean -1); 1gpu: +2 (MAPE 2, mean +2)
     table = [row("tp2", 4.0), row("1gpu", 2.0), row("tp2", -6.0)]
     s = compare_multi.summary(table)
-    assert s["layouts"] == {"tp2": {"rows": 2, "simulated_mape_pct": 5.0, "simulated_mean_err_pct": -1.0},
-                            "1gpu": {"rows": 1, "simulated_mape_pct": 2.0, "simulated_mean_err_pct": 2.0}}
+    # no host band: every row is GPU-paced
+    assert s["layouts"] == {"tp2": {"rows": 2, "simulated_mape_pct": 5.0, "simulated_mean_err_pct": -1.0,
+                                    "gpu_paced_rows": 2, "gpu_paced_mape_pct": 5.0},
+                            "1gpu": {"rows": 1, "simulated_mape_pct": 2.0, "simulated_mean_err_pct": 2.0,
+                                     "gpu_paced_rows": 1, "gpu_paced_mape_pct": 2.0}}
     assert "per layout, simulated MAPE (mean error): tp2 5.0 % (-1.0 %), 1gpu 2.0 % (+2.0 %)" in \
         compare_multi.render(table)
     # one layout: its summary is the table's, no per-layout line
