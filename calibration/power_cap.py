@@ -168,7 +168,7 @@ class PowerCapModel:
         table = self.filler_class
         if not table:
             return 0.0
-        for k in (kind, FAMILY_OF.get(kind, kind)):
+        for k in dict.fromkeys((kind, FAMILY_OF.get(kind, kind))):  # its own, then its family's (once if none)
             for d in (direction, *(x for x in ("fwd", "bwd", "update") if x != direction)):
                 w = table.get(f"{k}.{d}")
                 if w is not None:

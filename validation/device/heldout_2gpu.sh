@@ -8,7 +8,7 @@
 #   NPROC=2       GPUs of the multi-GPU layouts (4 for tp4, pp4, fsdp2xtp2, pp2xtp2, dp4, fsdp4)
 # One resumable work folder per set and GPU count (/tmp/heldout_${SET}_${NPROC}): re-running on the same warm machine skips the
 # pairs already measured. $OUT/${SET}_${NPROC}gpu.csv (every row, 1gpu included), gpus.csv, topo.txt, cpu.txt,
-# logs.tgz; the rows' table last.
+# logs.tgz; the rows' table last (hf_parallel.sh's own).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=. PYTHONUNBUFFERED=1
 SET=${SET:?SET=unseenN}; ORDER=${ORDER:-"pp2 tp2 fsdp2,dp2"}
@@ -25,15 +25,6 @@ done
 cp "$W/measured.csv" "$R/${SET}_${NPROC:-2}gpu.csv" 2>/dev/null; cp "$R/parts/gpus.csv" "$R/parts/topo.txt" "$R/" 2>/dev/null
 tar czf "$R/logs.tgz" -C / "tmp/heldout_${SET}_${NPROC:-2}.log" $(cd / && ls -d tmp/heldout_${SET}_${NPROC:-2}/log-* 2>/dev/null) 2>/dev/null
 rm -rf "$R/parts"
-python3 - "$W/measured.csv" <<'PY'
-import csv, sys
-try:
-    rows = list(csv.DictReader(open(sys.argv[1])))
-except OSError:
-    sys.exit("no rows")
-keys = [k for k in ("layout", "name", "min_s", "median_s", "max_mem_gib") if rows and k in rows[0]]
-print(" ".join(f"{k:>14}" for k in keys))
-for r in rows:
-    print(" ".join(f"{r[k]:>14}" for k in keys))
-PY
+# hf_parallel.sh prints every row of the shared measured.csv last: the last call's table is the whole set's
+awk '/^elapsed/{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' "/tmp/heldout_${SET}_${NPROC:-2}.log"
 echo "total $(( $(date +%s) - t0 )) s"
