@@ -603,15 +603,19 @@ def _time(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, 
     cuda = device.type == "cuda"
     first_loss = None
     times = []
+    course = []  # this rank's (start since the first iteration began, seconds) of every iteration, warm-up too
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
+    begin = None
     for it in range(warmup + iters):
         barrier()
         t0 = time.perf_counter()
+        begin = t0 if begin is None else begin
         loss = train_step(torch, stage, pipe, cfg, data, dp_index, dp_group, optimizer, masters)
         if cuda:
             torch.cuda.synchronize(device)
         dt = time.perf_counter() - t0
+        course.append((t0 - begin, dt))
         if it >= warmup:
             times.append(dt)
         if it == 0:
@@ -630,7 +634,8 @@ def _time(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, 
     times = [float(x) for x in t.cpu()]
     return {"rank": rank, "loss": float(lt.item()), "times": times, "max_mem_gib": float(mt.item()),
             "device": torch.cuda.get_device_name(device) if cuda else "cpu", "torch": torch.__version__,
-            "micro_batches": cfg.micro_batches}
+            "micro_batches": cfg.micro_batches, "course": course,
+            "began_unix_s": time.time() - (time.perf_counter() - (begin or 0.0))}
 
 
 def _rss_bytes() -> float:
@@ -699,6 +704,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernels", default=None, metavar="JSONL",
                    help="profile one more iteration on rank 0 (GPUs only) and append its kernel seconds by "
                         "category and the GPU's busy time to this file")
+    p.add_argument("--course", default=None, metavar="JSONL",
+                   help="append rank 0's time course (every iteration's start and seconds, warm-up included, and "
+                        "the wall-clock start) to this file: the power cap's onset under this trainer's load")
     p.add_argument("--sweep-micro-batches", default="", metavar="M,M,...",
                    help="time the same model at each of these micro-batch counts in one launch (a row each; "
                         "the host-cost probe, validation/device/train3d_host.sh)")
@@ -737,6 +745,13 @@ def main(argv: Sequence[str] | None = None) -> int:
               flush=True)
         if args.out:
             append_row(args.out, cfg_m, result)
+        if args.course:
+            with open(args.course, "a") as fh:
+                fh.write(json.dumps({"layout": cfg_m.layout, "hidden": cfg_m.hidden, "heads": cfg_m.heads,
+                                     "layers": cfg_m.layers, "seq": cfg_m.seq, "micro_batch": cfg_m.micro_batch,
+                                     "micro_batches": cfg_m.micro_batches,
+                                     "recompute": "full" if cfg_m.recompute else "none", "warmup": args.warmup, "device": result["device"],
+                                     "began_unix_s": result["began_unix_s"], "course": result["course"]}) + "\n")
         if args.kernels and result.get("kernels"):
             with open(args.kernels, "a") as fh:
                 fh.write(json.dumps({"layout": cfg_m.layout, "hidden": cfg_m.hidden, "layers": cfg_m.layers,

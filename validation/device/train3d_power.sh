@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Device batch (one GPU): does validation/train_3d.py's load throttle as the power-cap model says?
+# Its one-GPU shapes (the committed rows' shapes), each back to back for about SUSTAIN_S seconds
+# (3 warm-up iterations, then enough for that long), with the GPU's SM clock, power and temperature
+# read every 0.1 s beside it; then one HF configuration (probe_throttle_onset.py --pairs) as the
+# control the power-cap curve was fitted on. $OUT/course.jsonl (every iteration: start, seconds),
+# $OUT/smi.csv, $OUT/rows.csv (train_3d.py's own rows: min and median of the timed iterations);
+# a table last (python validation/train3d_power_table.py).
+set -u
+. validation/device/gpu_workdir.sh train3d_power
+nvidia-smi --query-gpu=index,name,uuid,serial,power.limit,clocks.max.sm,vbios_version --format=csv > "$R/gpus.csv"
+lscpu | head -20 > "$R/cpu.txt"
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.sw_power_cap \
+  --format=csv,noheader,nounits -lms 100 > "$R/smi.csv" 2>&1 &
+SMI=$!
+trap 'kill $SMI 2>/dev/null' EXIT
+SUSTAIN_S=${SUSTAIN_S:-16}
+# name hidden heads layers seq micro_batch micro_batches recompute expected-seconds-per-iteration
+SHAPES=${SHAPES:-"A:2048:16:8:2048:2:8:none:0.23 B:4096:32:8:2048:1:8:none:0.37 D:4096:32:12:2048:1:8:none:0.52 \
+E:1024:16:12:4096:2:4:full:0.18 F:3072:24:6:1024:8:2:full:0.20 G:6144:48:2:2048:4:4:none:0.44 H:4096:32:4:2048:2:8:none:0.39"}
+for s in $SHAPES; do IFS=: read -r name d h L seq b m rc per <<<"$s"
+  grep -q "\"name\": \"$name\"" "$W/done.txt" 2>/dev/null && continue
+  (( $(date +%s) - t0 > DEADLINE - 60 )) && { echo "deadline: stop before $name"; break; }
+  iters=$(python3 -c "import math; print(max(12, math.ceil($SUSTAIN_S / $per)))")
+  extra=""; [ "$rc" = full ] && extra="--recompute"
+  sleep 8  # the GPU cools between shapes, as between the committed launches
+  timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 1 validation/train_3d.py --hidden "$d" --heads "$h" --layers "$L" --seq "$seq" \
+    --micro-batch "$b" --micro-batches "$m" $extra --warmup 3 --iters "$iters" --dtype bf16 \
+    --out "$R/rows.csv" --course "$R/course.jsonl" > "$R/log-$name.txt" 2>&1 \
+    && echo "{\"name\": \"$name\"}" >> "$W/done.txt" || { echo "FAILED $name"; tail -3 "$R/log-$name.txt"; }
+  tail -1 "$R/log-$name.txt"
+done
+if [ -n "${PAIRS:-c09}" ] && (( $(date +%s) - t0 < DEADLINE - 70 )); then
+  sleep 8
+  timeout 120 python3 validation/probe_throttle_onset.py --out "$R/onset.jsonl" --pairs "${PAIRS:-c09}" --cool-s 2 \
+    --config-csv validation/configs.csv > "$R/log-pairs.txt" 2>&1 || echo "FAILED pairs"
+  tail -3 "$R/log-pairs.txt"
+fi
+kill $SMI 2>/dev/null
+python3 validation/train3d_power_table.py "$R"
+echo "total $(( $(date +%s) - t0 )) s"

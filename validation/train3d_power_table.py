@@ -1,0 +1,79 @@
+"""The table of validation/device/train3d_power.sh: per train_3d.py shape, its iterations' time course
+against the GPU's SM clock and power (nvidia-smi every 0.1 s).
+
+Per shape: the protocol's figure (the fastest of timed iterations 1-8, after 3 warm-up: what the
+committed rows report), the fastest and the median of the load's second half, and the median SM clock
+and power over the warm-up's first 0.5 s and over the second half. A clock that holds its maximum
+through the load means the power cap did not bite.
+
+    python validation/train3d_power_table.py OUT_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+
+def read_smi(path: Path) -> list[tuple[float, float, float]]:
+    """(unix seconds, SM MHz, watts) per line of ``nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,...``
+    (its timestamp is the machine's local time, read back as local time on the same machine)."""
+    out = []
+    for line in path.read_text().splitlines():
+        f = [x.strip() for x in line.split(",")]
+        try:
+            t = time.mktime(datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").timetuple())
+            t += datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").microsecond / 1e6
+            out.append((t, float(f[1]), float(f[2])))
+        except (ValueError, IndexError):
+            continue
+    return out
+
+
+def figures(rec: dict, smi: list[tuple[float, float, float]]) -> dict[str, float]:
+    course = rec["course"]
+    warm = rec["warmup"]
+    timed = [dt for _, dt in course[warm:]]
+    end = course[-1][0] + course[-1][1]
+    half = [dt for t, dt in course if t >= end / 2]
+    t0 = rec["began_unix_s"]
+
+    def window(lo: float, hi: float) -> tuple[float, float]:
+        v = [(mhz, w) for t, mhz, w in smi if t0 + lo <= t < t0 + hi]
+        if not v:
+            return float("nan"), float("nan")
+        return statistics.median(m for m, _ in v), statistics.median(w for _, w in v)
+
+    c0, p0 = window(0.0, 0.5)
+    c2, p2 = window(end / 2, end)
+    return {"protocol_s": min(timed[:8]), "half_min_s": min(half), "half_median_s": statistics.median(half),
+            "load_s": end, "iterations": len(course), "mhz_start": c0, "w_start": p0, "mhz_half": c2, "w_half": p2}
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[0])
+    smi = read_smi(out / "smi.csv") if (out / "smi.csv").exists() else []
+    print("shape                     iters load s  protocol ms  2nd-half min  median   MHz start/half   W start/half")
+    for line in (out / "course.jsonl").read_text().splitlines() if (out / "course.jsonl").exists() else []:
+        rec = json.loads(line)
+        f = figures(rec, smi)
+        name = f"d{rec['hidden']}-L{rec['layers']}-b{rec['micro_batch']}-m{rec['micro_batches']}" + (
+            "-rc" if rec["recompute"] == "full" else "")
+        print(f"{name:25s} {f['iterations']:5d} {f['load_s']:6.1f}  {1e3 * f['protocol_s']:10.1f}  "
+              f"{1e3 * f['half_min_s']:12.1f} {1e3 * f['half_median_s']:7.1f}   "
+              f"{f['mhz_start']:5.0f}/{f['mhz_half']:5.0f}    {f['w_start']:4.0f}/{f['w_half']:4.0f}")
+    onset = out / "onset.jsonl"
+    if onset.exists():
+        sys.path.insert(0, str(Path(__file__).parent))
+        from probe_throttle_onset import pairs_table
+
+        print("\n".join(pairs_table([json.loads(x) for x in onset.read_text().splitlines()])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
