@@ -750,7 +750,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 fh.write(json.dumps({"layout": cfg_m.layout, "hidden": cfg_m.hidden, "heads": cfg_m.heads,
                                      "layers": cfg_m.layers, "seq": cfg_m.seq, "micro_batch": cfg_m.micro_batch,
                                      "micro_batches": cfg_m.micro_batches,
-                                     "recompute": "full" if cfg_m.recompute else "none", "warmup": args.warmup, "device": result["device"],
+                                     "recompute": "full" if cfg_m.recompute else "none", "warmup": args.warmup,
+                                     "device": result["device"],
                                      "began_unix_s": result["began_unix_s"], "course": result["course"]}) + "\n")
         if args.kernels and result.get("kernels"):
             with open(args.kernels, "a") as fh:
