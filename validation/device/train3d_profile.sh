@@ -6,7 +6,7 @@ set -u
 . validation/device/gpu_workdir.sh train3d_profile
 nvidia-smi --query-gpu=index,name,uuid,serial,power.limit,clocks.max.sm --format=csv > "$R/gpus.csv"
 ITERS=${ITERS:-30}
-SHAPES=${SHAPES:-"A:2048:16:8:2048:2:8:none F:3072:24:6:1024:8:2:full E:1024:16:12:4096:2:4:none G:6144:48:2:2048:4:4:none"}
+SHAPES=${SHAPES:-"A:2048:16:8:2048:2:8:none F:3072:24:6:1024:8:2:full E:1024:16:12:4096:2:4:full G:6144:48:2:2048:4:4:none"}
 for s in $SHAPES; do IFS=: read -r name d h L seq b m rc <<<"$s"
   (( $(date +%s) - t0 > DEADLINE - 60 )) && { echo "deadline: stop before $name"; break; }
   extra=""; [ "$rc" = full ] && extra="--recompute"
