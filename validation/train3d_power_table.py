@@ -1,8 +1,9 @@
 """The table of validation/device/train3d_power.sh: per train_3d.py shape, its iterations' time course
 against the GPU's SM clock and power (nvidia-smi every 0.1 s).
 
-Per shape: the protocol's figure (the fastest of timed iterations 1-8, after 3 warm-up: what the
-committed rows report), the fastest and the median of the load's second half, and the median SM clock
+Per shape: the median burst (``burst.jsonl``, train3d_power.sh's BURSTS: timed iterations each after
+idle seconds, from a cool GPU) where measured, the protocol's figure (the fastest of timed iterations
+1-8, after 3 warm-up: what the committed rows report), the fastest and the median of the load's second half, and the median SM clock
 and power over the warm-up's first 0.5 s and over the second half. A clock that holds its maximum
 through the load means the power cap did not bite.
 
@@ -54,24 +55,35 @@ def figures(rec: dict, smi: list[tuple[float, float, float]]) -> dict[str, float
             "load_s": end, "iterations": len(course), "mhz_start": c0, "w_start": p0, "mhz_half": c2, "w_half": p2}
 
 
+def shape_name(rec: dict) -> str:
+    return f"d{rec['hidden']}-L{rec['layers']}-b{rec['micro_batch']}-m{rec['micro_batches']}" + (
+        "-rc" if rec["recompute"] == "full" else "")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     smi = read_smi(out / "smi.csv") if (out / "smi.csv").exists() else []
-    print("shape                     iters load s  protocol ms  2nd-half min  median   MHz start/half   W start/half")
-    for line in (out / "course.jsonl").read_text().splitlines() if (out / "course.jsonl").exists() else []:
-        rec = json.loads(line)
+    bursts = {shape_name(r): statistics.median(dt for _, dt in r["course"][r["warmup"]:])
+              for r in read_jsonl(out / "burst.jsonl")}
+    print("shape                     burst ms  iters load s  protocol ms  2nd-half min  median   MHz start/half   "
+          "W start/half")
+    for rec in read_jsonl(out / "course.jsonl"):
         f = figures(rec, smi)
-        name = f"d{rec['hidden']}-L{rec['layers']}-b{rec['micro_batch']}-m{rec['micro_batches']}" + (
-            "-rc" if rec["recompute"] == "full" else "")
-        print(f"{name:25s} {f['iterations']:5d} {f['load_s']:6.1f}  {1e3 * f['protocol_s']:10.1f}  "
+        name = shape_name(rec)
+        burst = f"{1e3 * bursts[name]:8.1f}" if name in bursts else "       -"
+        print(f"{name:25s} {burst}  {f['iterations']:5d} {f['load_s']:6.1f}  {1e3 * f['protocol_s']:10.1f}  "
               f"{1e3 * f['half_min_s']:12.1f} {1e3 * f['half_median_s']:7.1f}   "
               f"{f['mhz_start']:5.0f}/{f['mhz_half']:5.0f}    {f['w_start']:4.0f}/{f['w_half']:4.0f}")
-    onset = out / "onset.jsonl"
-    if onset.exists():
+    onset = read_jsonl(out / "onset.jsonl")
+    if onset:
         sys.path.insert(0, str(Path(__file__).parent))
         from probe_throttle_onset import pairs_table
 
-        print("\n".join(pairs_table([json.loads(x) for x in onset.read_text().splitlines()])))
+        print("\n".join(pairs_table(onset)))
     return 0
 
 

@@ -91,6 +91,7 @@ class Config:
     seed: int = 0
     lr: float = 1e-3
     adam_eps: float = 1e-8
+    idle_s: float = 0.0  # the GPU idles this long before each timed iteration (a burst, as the operator samples)
 
     def __post_init__(self) -> None:
         for k in ("pp", "mp", "dp", "hidden", "heads", "layers", "seq", "micro_batch", "micro_batches", "vocab"):
@@ -609,6 +610,8 @@ def _time(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, 
     begin = None
     for it in range(warmup + iters):
         barrier()
+        if it >= warmup and cfg.idle_s > 0:
+            time.sleep(cfg.idle_s)
         t0 = time.perf_counter()
         begin = t0 if begin is None else begin
         loss = train_step(torch, stage, pipe, cfg, data, dp_index, dp_group, optimizer, masters)
@@ -704,6 +707,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernels", default=None, metavar="JSONL",
                    help="profile one more iteration on rank 0 (GPUs only) and append its kernel seconds by "
                         "category and the GPU's busy time to this file")
+    p.add_argument("--idle-s", type=float, default=0.0,
+                   help="idle seconds before each timed iteration: bursts from a cool GPU, not back-to-back load")
     p.add_argument("--course", default=None, metavar="JSONL",
                    help="append rank 0's time course (every iteration's start and seconds, warm-up included, and "
                         "the wall-clock start) to this file: the power cap's onset under this trainer's load")
@@ -728,7 +733,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = Config(pp=args.pp, mp=args.mp, dp=args.dp, hidden=args.hidden, heads=args.heads, layers=args.layers,
                      seq=args.seq, micro_batch=args.micro_batch, micro_batches=args.micro_batches, vocab=args.vocab,
                      recompute=args.recompute, dtype=dtype, seed=args.seed, lr=args.lr,
-                     adam_eps=args.adam_eps)
+                     adam_eps=args.adam_eps, idle_s=args.idle_s)
         sweep = _counts(args.sweep_micro_batches)
         results = run(cfg, backend, args.warmup, args.iters, args.dump, sweep, kernels=args.kernels is not None)
     except ConfigError as e:

@@ -5,11 +5,12 @@
 # read every 0.1 s beside it; then one HF configuration (probe_throttle_onset.py --pairs) as the
 # control the power-cap curve was fitted on. $OUT/course.jsonl (every iteration: start, seconds),
 # $OUT/smi.csv, $OUT/rows.csv (train_3d.py's own rows: min and median of the timed iterations);
-# a table last (python validation/train3d_power_table.py).
+# a table last (python validation/train3d_power_table.py). BURSTS=N (default 0): before each shape's load,
+# N iterations each after IDLE_S (2) idle seconds, in their own launch ($OUT/burst.jsonl): the shape from
+# a cool GPU, as the operator samples are timed. Logs go to $OUT/log.txt (few files come back).
 set -u
 . validation/device/gpu_workdir.sh train3d_power
 nvidia-smi --query-gpu=index,name,uuid,serial,power.limit,clocks.max.sm,vbios_version --format=csv > "$R/gpus.csv"
-lscpu | head -20 > "$R/cpu.txt"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.sw_power_cap \
   --format=csv,noheader,nounits -lms 100 > "$R/smi.csv" 2>&1 &
 SMI=$!
@@ -24,17 +25,23 @@ for s in $SHAPES; do IFS=: read -r name d h L seq b m rc per <<<"$s"
   iters=$(python3 -c "import math; print(max(12, math.ceil($SUSTAIN_S / $per)))")
   extra=""; [ "$rc" = full ] && extra="--recompute"
   sleep 8  # the GPU cools between shapes, as between the committed launches
+  if (( ${BURSTS:-0} > 0 )); then
+    timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 1 validation/train_3d.py --hidden "$d" \
+      --heads "$h" --layers "$L" --seq "$seq" --micro-batch "$b" --micro-batches "$m" $extra --warmup 3 \
+      --iters "$BURSTS" --idle-s "${IDLE_S:-2}" --dtype bf16 --course "$R/burst.jsonl" >> "$R/log.txt" 2>&1 \
+      || echo "FAILED burst $name"
+    sleep 4
+  fi
   timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 1 validation/train_3d.py --hidden "$d" --heads "$h" --layers "$L" --seq "$seq" \
     --micro-batch "$b" --micro-batches "$m" $extra --warmup 3 --iters "$iters" --dtype bf16 \
-    --out "$R/rows.csv" --course "$R/course.jsonl" > "$R/log-$name.txt" 2>&1 \
-    && echo "{\"name\": \"$name\"}" >> "$W/done.txt" || { echo "FAILED $name"; tail -3 "$R/log-$name.txt"; }
-  tail -1 "$R/log-$name.txt"
+    --out "$R/rows.csv" --course "$R/course.jsonl" >> "$R/log.txt" 2>&1 \
+    && echo "{\"name\": \"$name\"}" >> "$W/done.txt" || { echo "FAILED $name"; tail -3 "$R/log.txt"; }
+  tail -1 "$R/log.txt"
 done
 if [ -n "${PAIRS:-c09}" ] && (( $(date +%s) - t0 < DEADLINE - 70 )); then
   sleep 8
   timeout 120 python3 validation/probe_throttle_onset.py --out "$R/onset.jsonl" --pairs "${PAIRS:-c09}" --cool-s 2 \
-    --config-csv validation/configs.csv > "$R/log-pairs.txt" 2>&1 || echo "FAILED pairs"
-  tail -3 "$R/log-pairs.txt"
+    --config-csv validation/configs.csv >> "$R/log.txt" 2>&1 || echo "FAILED pairs"
 fi
 kill $SMI 2>/dev/null
 python3 validation/train3d_power_table.py "$R"
