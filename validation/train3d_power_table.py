@@ -4,8 +4,8 @@ against the GPU's SM clock and power (nvidia-smi every 0.1 s).
 Per shape: the median burst (``burst.jsonl``, train3d_power.sh's BURSTS: timed iterations each after
 idle seconds, from a cool GPU) where measured, the protocol's figure (the fastest of timed iterations
 1-8, after 3 warm-up: what the committed rows report), the fastest and the median of the load's second
-half, and the median SM clock and power over the warm-up's first 0.5 s and over the second half. A clock that holds its maximum
-through the load means the power cap did not bite.
+half, and the median SM clock and power over the warm-up's first 0.5 s and over the second half. A
+clock that holds its maximum through the load means the power cap did not bite.
 
     python validation/train3d_power_table.py OUT_DIR
 """
