@@ -7,11 +7,16 @@ idle seconds, from a cool GPU) where measured, the protocol's figure (the fastes
 half, and the median SM clock and power over the warm-up's first 0.5 s and over the second half. A
 clock that holds its maximum through the load means the power cap did not bite.
 
-    python validation/train3d_power_table.py OUT_DIR
+    python validation/train3d_power_table.py OUT_DIR [--tables]
+
+``--tables`` also writes each figure as a train_3d.py table in OUT_DIR (``measured_burst.csv`` where bursts
+were run, ``measured_protocol.csv``, ``measured_sustained_min.csv``: the second half's fastest, with its
+median as ``median_s``) for ``trainsim validate --measured-multi``.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import statistics
 import sys
@@ -64,8 +69,47 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
+#: train_3d.py's table columns (validation/train_3d.py COLUMNS)
+COLUMNS = ("layout", "pp", "mp", "dp", "hidden", "heads", "layers", "seq", "micro_batch", "micro_batches",
+           "recompute", "min_s", "median_s", "max_mem_gib", "device", "torch", "vocab")
+
+
+def write_tables(out: Path, courses: list[dict], bursts: list[dict]) -> None:
+    """One train_3d.py table per figure (see the module doc); memory blank (not measured here)."""
+    def rows(recs: list[dict], pick) -> list[dict]:
+        out_rows = []
+        for r in recs:
+            fast, median = pick(r)
+            out_rows.append({"layout": "pp1-mp1-dp1", "pp": 1, "mp": 1, "dp": 1, "hidden": r["hidden"],
+                             "heads": r["heads"], "layers": r["layers"], "seq": r["seq"],
+                             "micro_batch": r["micro_batch"], "micro_batches": r["micro_batches"],
+                             "recompute": r["recompute"], "min_s": f"{fast:.6f}", "median_s": f"{median:.6f}",
+                             "max_mem_gib": "", "device": r["device"], "torch": "", "vocab": 50257})
+        return out_rows
+
+    def timed(r: dict) -> list[float]:
+        return [dt for _, dt in r["course"][r["warmup"]:]]
+
+    def half(r: dict) -> list[float]:
+        c = r["course"]
+        end = c[-1][0] + c[-1][1]
+        return [dt for t, dt in c if t >= end / 2]
+
+    tables = {"measured_protocol.csv": rows(courses, lambda r: (min(timed(r)[:8]), statistics.median(timed(r)[:8]))),
+              "measured_sustained_min.csv": rows(courses, lambda r: (min(half(r)), statistics.median(half(r))))}
+    if bursts:
+        tables["measured_burst.csv"] = rows(bursts, lambda r: (statistics.median(timed(r)),) * 2)
+    for name, table in tables.items():
+        with (out / name).open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=COLUMNS)
+            w.writeheader()
+            w.writerows(table)
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
+    if "--tables" in argv[1:]:
+        write_tables(out, read_jsonl(out / "course.jsonl"), read_jsonl(out / "burst.jsonl"))
     smi = read_smi(out / "smi.csv") if (out / "smi.csv").exists() else []
     bursts = {shape_name(r): statistics.median(dt for _, dt in r["course"][r["warmup"]:])
               for r in read_jsonl(out / "burst.jsonl")}
