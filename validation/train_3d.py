@@ -587,6 +587,8 @@ def _profile_step(torch, cfg: Config, rank: int, device, state, barrier) -> dict
     stage, pipe, data, dp_index, _, dp_group, optimizer, masters, _ = state
     ctx = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) if rank == 0 else contextlib.nullcontext()
     barrier()
+    if cfg.idle_s > 0:  # a burst from a cool GPU, as the timed iterations were
+        time.sleep(cfg.idle_s)
     with ctx as prof:
         t0 = time.perf_counter()
         train_step(torch, stage, pipe, cfg, data, dp_index, dp_group, optimizer, masters)

@@ -2,6 +2,7 @@
 # Device batch (one GPU): one profiled iteration (train_3d.py --kernels: kernel seconds by category and
 # the top kernels by name) of train_3d.py's one-GPU shapes, each after ITERS back-to-back iterations
 # (the power cap has set in, as in train3d_power.sh). $OUT/kernels.jsonl, $OUT/rows.csv, $OUT/log.txt.
+# IDLE_S=2: each timed iteration and the profiled one after that many idle seconds instead (a burst).
 set -u
 . validation/device/gpu_workdir.sh train3d_profile
 nvidia-smi --query-gpu=index,name,uuid,serial,power.limit,clocks.max.sm --format=csv > "$R/gpus.csv"
@@ -12,7 +13,7 @@ for s in $SHAPES; do IFS=: read -r name d h L seq b m rc <<<"$s"
   extra=""; [ "$rc" = full ] && extra="--recompute"
   timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 1 validation/train_3d.py --hidden "$d" \
     --heads "$h" --layers "$L" --seq "$seq" --micro-batch "$b" --micro-batches "$m" $extra --warmup 3 --iters "$ITERS" \
-    --dtype bf16 --out "$R/rows.csv" --kernels "$R/kernels.jsonl" >> "$R/log.txt" 2>&1 || echo "FAILED $name"
+    --idle-s "${IDLE_S:-0}" --dtype bf16 --out "$R/rows.csv" --kernels "$R/kernels.jsonl" >> "$R/log.txt" 2>&1 || echo "FAILED $name"
   tail -1 "$R/log.txt"
 done
 python3 - "$R/kernels.jsonl" <<'PY'
