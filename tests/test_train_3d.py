@@ -156,3 +156,48 @@ def test_stage_split_and_micro_slices_cover_everything():
     rows = sorted(r for j in range(cfg.dp) for i in range(cfg.micro_batches)
                   for r in range(*t3d.micro_slice(cfg, j, i).indices(10**6)))
     assert rows == list(range(cfg.dp * cfg.micro_batches * cfg.micro_batch))
+
+
+def test_the_course_records_every_iteration_and_idle_gaps_precede_the_timed_ones(tmp_path):
+    """--course: one record per launch with every iteration (warm-up too) as (start, seconds), starts
+    increasing by at least the previous iteration; --idle-s puts that many seconds before each timed one."""
+    course = tmp_path / "course.jsonl"
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in MODEL.items()]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1", str(SCRIPT),
+           *args, "--iters=3", "--warmup=1", "--backend=gloo", "--dtype=fp32", "--idle-s=0.3", f"--course={course}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    (rec,) = [json.loads(x) for x in course.read_text().splitlines()]
+    assert (rec["warmup"], rec["hidden"], rec["recompute"]) == (1, MODEL["hidden"], "none")
+    starts = [t for t, _ in rec["course"]]
+    assert len(starts) == 4 and starts[0] == 0.0
+    for (t0, dt), t1 in zip(rec["course"][:-1], starts[1:], strict=True):
+        assert dt > 0 and t1 >= t0 + dt + 0.3  # the idle before every timed iteration is in the gap
+
+
+def test_the_power_table_reads_the_figures_off_the_course(tmp_path):
+    """validation/train3d_power_table.py: protocol = fastest of timed 1-8, sustained = the second half's
+    fastest and median, burst = the median of the burst launch; --tables writes them as train_3d.py tables."""
+    import json
+
+    table = load_script("train3d_power_table")
+    course = [(0.0, 2.0)] + [(2.0 + i, 1.0 + 0.01 * (i % 3)) for i in range(20)]  # warm-up 1, then 20 timed
+    rec = {"hidden": 64, "heads": 4, "layers": 2, "seq": 16, "micro_batch": 1, "micro_batches": 2, "recompute": "none",
+           "warmup": 1, "device": "cpu", "began_unix_s": 0.0, "course": course}
+    burst = {**rec, "course": [(0.0, 2.0), (3.0, 0.9), (5.0, 0.95), (7.0, 0.92)]}
+    (tmp_path / "course.jsonl").write_text(json.dumps(rec) + "\n")
+    (tmp_path / "burst.jsonl").write_text(json.dumps(burst) + "\n")
+    f = table.figures(rec, [])
+    end = course[-1][0] + course[-1][1]
+    half = [dt for t, dt in course if t >= end / 2]
+    assert f["protocol_s"] == min(dt for _, dt in course[1:9]) == 1.0
+    assert (f["half_min_s"], f["half_median_s"]) == (min(half), sorted(half)[len(half) // 2])
+    assert table.main([str(tmp_path), "--tables"]) == 0
+    rows = {n: list(csv.DictReader((tmp_path / f"measured_{n}.csv").open()))
+            for n in ("burst", "protocol", "sustained_min")}
+    assert tuple(rows["protocol"][0]) == t3d.COLUMNS
+    assert float(rows["burst"][0]["min_s"]) == 0.92 and float(rows["protocol"][0]["min_s"]) == 1.0
+    assert float(rows["sustained_min"][0]["median_s"]) == f["half_median_s"]
