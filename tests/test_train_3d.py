@@ -142,6 +142,9 @@ def test_a_bad_sweep_is_one_line_and_exit_2(bad, capsys):
 def test_config_rejects_bad_layouts():
     from trainsim.operators.errors import ConfigError
 
+    for idle in (-1.0, float("nan")):
+        with pytest.raises(ConfigError, match="--idle-s"):
+            t3d.Config(idle_s=idle)
     with pytest.raises(ConfigError, match="--mp"):
         t3d.Config(mp=3, **MODEL)
     with pytest.raises(ConfigError, match="parallelism.pp"):

@@ -104,6 +104,8 @@ class Config:
             raise ConfigError("--mp", f"heads {self.heads} is not divisible by mp {self.mp}")
         if self.dtype not in ("fp32", "bf16", "fp16"):
             raise ConfigError("--dtype", f"expected fp32, bf16 or fp16, got {self.dtype!r}")
+        if not 0.0 <= self.idle_s < 3600.0:  # NaN fails too
+            raise ConfigError("--idle-s", f"must be seconds in [0, 3600), got {self.idle_s!r}")
         partition_encoders(self.layers, self.pp)  # raises if a stage would get no layer
 
     @property
