@@ -323,3 +323,18 @@ def test_the_gelu_curve_of_machine_de_is_flat():
     c = Curve(tuple(tuple(k) for k in copy["curves"]["bf16"]))
     assert 1.15 < g.factor(0.4) < 1.19 and abs(g.factor(0.4) - g.factor(1.0)) < 1e-9
     assert c.factor(0.4) < 1.04 and 1.15 < c.factor(1.0) < 1.19
+
+
+def test_the_cool_and_loaded_profile_table_pairs_each_configuration():
+    """validation/probe_throttle_onset.py --profile-pairs: one line per configuration with both
+    phases, its loaded busy time over its cool one; a configuration missing a phase is left out."""
+    from validation_script import load_script
+
+    probe = load_script("probe_throttle_onset")
+    rows = [{"kind": "profile", "phase": "cool", "config": "c03", "wall_s": 0.28, "busy_s": 0.27, "gemm_s": 0.15},
+            {"kind": "nvml", "phase": "profile:c03", "t": 0.1},
+            {"kind": "profile", "phase": "loaded", "config": "c03", "wall_s": 0.29, "busy_s": 0.2754, "gemm_s": 0.16},
+            {"kind": "profile", "phase": "cool", "config": "c09", "wall_s": 0.12, "busy_s": 0.11, "gemm_s": 0.08}]
+    table = probe.profile_table(rows)
+    assert len(table) == 2 and table[1].startswith("c03") and table[1].endswith("x1.020")
+    assert "280.0" in table[1] and "290.0" in table[1]

@@ -19,6 +19,11 @@ NVML (SM clock, power, temperature) is read from another thread every 0.25 s. JS
 table per phase last (each time window's mean over the phase's first 0.5 s).
 
     PYTHONPATH=. python validation/probe_throttle_onset.py --out out/onset.jsonl [--configs c09,c03]
+
+``--profile-pairs c03,c09``: per configuration, one profiled iteration from a cool GPU (after
+``--gap-s`` idle) and one after ``--sustain-s`` of back-to-back load: the kernels' busy time, their
+seconds by category and the GPU's idle gaps (validation/train_hf_parallel.py's ``summarize_profile``),
+``{"kind": "profile", "phase": "cool"|"loaded", "config", ...}`` lines; a table of both last.
 """
 
 from __future__ import annotations
@@ -142,6 +147,42 @@ def burst_then_sustained(torch: Any, row: dict[str, str], gap_s: float, bursts: 
         emit({"kind": "step", "t": time.perf_counter() - t0, "dt": dt})
 
 
+def profile_pair(torch: Any, row: dict[str, str], gap_s: float, seconds: float, record: Any) -> None:
+    """One configuration's iteration profiled twice: after ``gap_s`` idle seconds, then after ``seconds``
+    of back-to-back iterations (see the module doc)."""
+    from torch.profiler import ProfilerActivity, profile
+    from train_hf_parallel import summarize_profile
+
+    iteration = training_iteration(torch, row)
+    for _ in range(2):
+        iteration()
+
+    def profiled(phase: str) -> None:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            wall = iteration()
+        record({"kind": "profile", "phase": phase, "config": row["name"], **summarize_profile(prof, wall)})
+    time.sleep(gap_s)
+    profiled("cool")
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        iteration()
+    profiled("loaded")
+
+
+def profile_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Per configuration of a ``--profile-pairs`` run: wall, busy and GEMM ms, cool then loaded."""
+    out = ["config   cool: wall  busy  gemm    loaded: wall  busy  gemm   busy loaded/cool"]
+    by = {(r["config"], r["phase"]): r for r in rows if r["kind"] == "profile"}
+    for name in dict.fromkeys(r["config"] for r in rows if r["kind"] == "profile"):
+        c, ld = by.get((name, "cool")), by.get((name, "loaded"))
+        if c is None or ld is None:
+            continue
+        out.append(f"{name:8s} {1e3 * c['wall_s']:10.1f} {1e3 * c['busy_s']:5.1f} {1e3 * c['gemm_s']:5.1f}"
+                   f"   {1e3 * ld['wall_s']:12.1f} {1e3 * ld['busy_s']:5.1f} {1e3 * ld['gemm_s']:5.1f}"
+                   f"   x{ld['busy_s'] / c['busy_s']:.3f}")
+    return out
+
+
 def pair_figures(rows: list[dict[str, Any]], min_sustained: int = 4) -> dict[str, dict[str, float]]:
     """Per configuration of a ``--pairs`` run, seconds: ``burst`` (the median iteration after idle
     gaps), ``sustained`` and ``sustained_min`` (the median and the fastest of the load's second half),
@@ -213,6 +254,8 @@ def main() -> None:
                    help="comma-separated CSVs of configurations (validation/configs*.csv)")
     p.add_argument("--pairs", default=None, help="configurations to time burst-then-sustained instead of the "
                    "time course (comma-separated names)")
+    p.add_argument("--profile-pairs", default=None, help="configurations to profile cool and loaded (one iteration "
+                   "each; comma-separated names)")
     p.add_argument("--gap-s", type=float, default=2.0)
     p.add_argument("--bursts", type=int, default=5)
     p.add_argument("--sustain-s", type=float, default=16.0)
@@ -236,6 +279,17 @@ def main() -> None:
 
     record({"kind": "meta", "phase": "meta", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__})
     configs = {r["name"]: r for path in args.config_csv.split(",") for r in csv.DictReader(open(path))}
+    if args.profile_pairs:
+        for name in args.profile_pairs.split(","):
+            sampler.enter(f"profile:{name}")
+            profile_pair(torch, configs[name], args.gap_s, args.sustain_s, record)
+            torch.cuda.empty_cache()
+            sampler.enter("cool")
+            time.sleep(args.cool_s)
+            print("\n".join(profile_table(rows)[-1:]), flush=True)
+        sampler.stop = True
+        print("\n".join(profile_table(rows)))
+        return
     if args.pairs:
         for name in args.pairs.split(","):
             sampler.enter(f"build:{name}")
