@@ -58,8 +58,6 @@ def one_shape(torch, m: int, k: int, n: int, idle_s: float, sustain_s: float) ->
         per.append(timed_mean(torch, fn, batch))
     tail = per[-max(1, len(per) // 3):]
     sustained = statistics.mean(tail)
-    del a, b
-    torch.cuda.empty_cache()
     return {"shape": f"{m}x{k}x{n}", "burst_ms": 1e3 * burst, "sustained_ms": 1e3 * sustained,
             "ratio": sustained / burst, "tflops_burst": 2 * m * k * n / burst / 1e12}
 
@@ -80,6 +78,7 @@ def main() -> None:
             fh.write(json.dumps(r) + "\n")
             fh.flush()
             rows.append(r)
+            torch.cuda.empty_cache()
             print(f"{r['shape']:18s} burst {r['burst_ms']:8.3f} ms ({r['tflops_burst']:5.0f} TFLOP/s)  sustained "
                   f"{r['sustained_ms']:8.3f} ms  x{r['ratio']:.3f}", flush=True)
 
