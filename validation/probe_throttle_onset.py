@@ -279,27 +279,26 @@ def main() -> None:
 
     record({"kind": "meta", "phase": "meta", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__})
     configs = {r["name"]: r for path in args.config_csv.split(",") for r in csv.DictReader(open(path))}
-    if args.profile_pairs:
-        for name in args.profile_pairs.split(","):
-            sampler.enter(f"profile:{name}")
-            profile_pair(torch, configs[name], args.gap_s, args.sustain_s, record)
+    def each(names: str, phase: str, run: Callable[[dict[str, str]], None],
+             summary: Callable[[list[dict[str, Any]]], list[str]]) -> None:
+        """Run each named configuration in its phase, a cool pause after each; its line, then the table."""
+        for name in names.split(","):
+            sampler.enter(f"{phase}:{name}")
+            run(configs[name])
             torch.cuda.empty_cache()
             sampler.enter("cool")
             time.sleep(args.cool_s)
-            print("\n".join(profile_table(rows)[-1:]), flush=True)
+            print("\n".join(summary(rows)[-1:]), flush=True)
         sampler.stop = True
-        print("\n".join(profile_table(rows)))
+        print("\n".join(summary(rows)))
+
+    if args.profile_pairs:
+        each(args.profile_pairs, "profile",
+             lambda row: profile_pair(torch, row, args.gap_s, args.sustain_s, record), profile_table)
         return
     if args.pairs:
-        for name in args.pairs.split(","):
-            sampler.enter(f"build:{name}")
-            burst_then_sustained(torch, configs[name], args.gap_s, args.bursts, args.sustain_s, emit, sampler.enter)
-            torch.cuda.empty_cache()
-            sampler.enter("cool")
-            time.sleep(args.cool_s)
-            print("\n".join(pairs_table(rows)[-1:]), flush=True)
-        sampler.stop = True
-        print("\n".join(pairs_table(rows)))
+        each(args.pairs, "build", lambda row: burst_then_sustained(torch, row, args.gap_s, args.bursts,
+                                                                   args.sustain_s, emit, sampler.enter), pairs_table)
         return
     sampler.enter("idle")
     time.sleep(args.idle_s)

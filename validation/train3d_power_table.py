@@ -20,9 +20,11 @@ import csv
 import json
 import statistics
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from train_3d import COLUMNS  # noqa: E402  (the table's columns are train_3d.py's own)
 
 
 def read_smi(path: Path) -> list[tuple[float, float, float]]:
@@ -32,20 +34,31 @@ def read_smi(path: Path) -> list[tuple[float, float, float]]:
     for line in path.read_text().splitlines():
         f = [x.strip() for x in line.split(",")]
         try:
-            t = time.mktime(datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").timetuple())
-            t += datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").microsecond / 1e6
-            out.append((t, float(f[1]), float(f[2])))
+            out.append((datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").timestamp(), float(f[1]), float(f[2])))
         except (ValueError, IndexError):
             continue
     return out
 
 
+def load_s(rec: dict) -> float:
+    """Seconds from the first iteration's start to the last one's end."""
+    t, dt = rec["course"][-1]
+    return t + dt
+
+
+def timed(rec: dict) -> list[float]:
+    """Seconds of the timed iterations (after the warm-up)."""
+    return [dt for _, dt in rec["course"][rec["warmup"]:]]
+
+
+def second_half(rec: dict) -> list[float]:
+    """Seconds of the iterations that started in the load's second half."""
+    end = load_s(rec)
+    return [dt for t, dt in rec["course"] if t >= end / 2]
+
+
 def figures(rec: dict, smi: list[tuple[float, float, float]]) -> dict[str, float]:
-    course = rec["course"]
-    warm = rec["warmup"]
-    timed = [dt for _, dt in course[warm:]]
-    end = course[-1][0] + course[-1][1]
-    half = [dt for t, dt in course if t >= end / 2]
+    end, half = load_s(rec), second_half(rec)
     t0 = rec["began_unix_s"]
 
     def window(lo: float, hi: float) -> tuple[float, float]:
@@ -56,8 +69,9 @@ def figures(rec: dict, smi: list[tuple[float, float, float]]) -> dict[str, float
 
     c0, p0 = window(0.0, 0.5)
     c2, p2 = window(end / 2, end)
-    return {"protocol_s": min(timed[:8]), "half_min_s": min(half), "half_median_s": statistics.median(half),
-            "load_s": end, "iterations": len(course), "mhz_start": c0, "w_start": p0, "mhz_half": c2, "w_half": p2}
+    return {"protocol_s": min(timed(rec)[:8]), "half_min_s": min(half), "half_median_s": statistics.median(half),
+            "load_s": end, "iterations": len(rec["course"]), "mhz_start": c0, "w_start": p0, "mhz_half": c2,
+            "w_half": p2}
 
 
 def shape_name(rec: dict) -> str:
@@ -69,36 +83,25 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-#: train_3d.py's table columns (validation/train_3d.py COLUMNS)
-COLUMNS = ("layout", "pp", "mp", "dp", "hidden", "heads", "layers", "seq", "micro_batch", "micro_batches",
-           "recompute", "min_s", "median_s", "max_mem_gib", "device", "torch", "vocab")
-
-
 def write_tables(out: Path, courses: list[dict], bursts: list[dict]) -> None:
     """One train_3d.py table per figure (see the module doc); memory blank (not measured here)."""
-    def rows(recs: list[dict], pick) -> list[dict]:
+    def rows(recs: list[dict], pick, fastest=min) -> list[dict]:
+        """A row per record: ``fastest`` and the median of the seconds ``pick`` takes from it."""
         out_rows = []
         for r in recs:
-            fast, median = pick(r)
+            secs = pick(r)
             out_rows.append({"layout": "pp1-mp1-dp1", "pp": 1, "mp": 1, "dp": 1, "hidden": r["hidden"],
                              "heads": r["heads"], "layers": r["layers"], "seq": r["seq"],
                              "micro_batch": r["micro_batch"], "micro_batches": r["micro_batches"],
-                             "recompute": r["recompute"], "min_s": f"{fast:.6f}", "median_s": f"{median:.6f}",
+                             "recompute": r["recompute"], "min_s": f"{fastest(secs):.6f}",
+                             "median_s": f"{statistics.median(secs):.6f}",
                              "max_mem_gib": "", "device": r["device"], "torch": "", "vocab": 50257})
         return out_rows
 
-    def timed(r: dict) -> list[float]:
-        return [dt for _, dt in r["course"][r["warmup"]:]]
-
-    def half(r: dict) -> list[float]:
-        c = r["course"]
-        end = c[-1][0] + c[-1][1]
-        return [dt for t, dt in c if t >= end / 2]
-
-    tables = {"measured_protocol.csv": rows(courses, lambda r: (min(timed(r)[:8]), statistics.median(timed(r)[:8]))),
-              "measured_sustained_min.csv": rows(courses, lambda r: (min(half(r)), statistics.median(half(r))))}
-    if bursts:
-        tables["measured_burst.csv"] = rows(bursts, lambda r: (statistics.median(timed(r)),) * 2)
+    tables = {"measured_protocol.csv": rows(courses, lambda r: timed(r)[:8]),
+              "measured_sustained_min.csv": rows(courses, second_half)}
+    if bursts:  # a burst's figure is its median, fastest and median alike
+        tables["measured_burst.csv"] = rows(bursts, timed, fastest=statistics.median)
     for name, table in tables.items():
         with (out / name).open("w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=COLUMNS)

@@ -19,6 +19,11 @@ SUSTAIN_S=${SUSTAIN_S:-16}
 # name hidden heads layers seq micro_batch micro_batches recompute expected-seconds-per-iteration
 SHAPES=${SHAPES:-"A:2048:16:8:2048:2:8:none:0.23 B:4096:32:8:2048:1:8:none:0.37 D:4096:32:12:2048:1:8:none:0.52 \
 E:1024:16:12:4096:2:4:full:0.18 F:3072:24:6:1024:8:2:full:0.20 G:6144:48:2:2048:4:4:none:0.44 H:4096:32:4:2048:2:8:none:0.39"}
+t3d() {  # train_3d.py on one GPU at the current shape; extra arguments follow
+  timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 1 validation/train_3d.py --hidden "$d" \
+    --heads "$h" --layers "$L" --seq "$seq" --micro-batch "$b" --micro-batches "$m" $extra --warmup 3 --dtype bf16 "$@" \
+    >> "$R/log.txt" 2>&1
+}
 for s in $SHAPES; do IFS=: read -r name d h L seq b m rc per <<<"$s"
   grep -q "\"name\": \"$name\"" "$W/done.txt" 2>/dev/null && continue
   (( $(date +%s) - t0 > DEADLINE - 60 )) && { echo "deadline: stop before $name"; break; }
@@ -26,15 +31,10 @@ for s in $SHAPES; do IFS=: read -r name d h L seq b m rc per <<<"$s"
   extra=""; [ "$rc" = full ] && extra="--recompute"
   sleep 8  # the GPU cools between shapes, as between the committed launches
   if (( ${BURSTS:-0} > 0 )); then
-    timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 1 validation/train_3d.py --hidden "$d" \
-      --heads "$h" --layers "$L" --seq "$seq" --micro-batch "$b" --micro-batches "$m" $extra --warmup 3 \
-      --iters "$BURSTS" --idle-s "${IDLE_S:-2}" --dtype bf16 --course "$R/burst.jsonl" >> "$R/log.txt" 2>&1 \
-      || echo "FAILED burst $name"
+    t3d --iters "$BURSTS" --idle-s "${IDLE_S:-2}" --course "$R/burst.jsonl" || echo "FAILED burst $name"
     sleep 4
   fi
-  timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 1 validation/train_3d.py --hidden "$d" --heads "$h" --layers "$L" --seq "$seq" \
-    --micro-batch "$b" --micro-batches "$m" $extra --warmup 3 --iters "$iters" --dtype bf16 \
-    --out "$R/rows.csv" --course "$R/course.jsonl" >> "$R/log.txt" 2>&1 \
+  t3d --iters "$iters" --out "$R/rows.csv" --course "$R/course.jsonl" \
     && echo "{\"name\": \"$name\"}" >> "$W/done.txt" || { echo "FAILED $name"; tail -3 "$R/log.txt"; }
   tail -1 "$R/log.txt"
 done
