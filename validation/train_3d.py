@@ -523,13 +523,13 @@ def _setup(cfg: Config, backend: str):
 
 
 def run(cfg: Config, backend: str, warmup: int, iters: int, dump: str | None = None,
-        sweep: Sequence[int] = (), kernels: bool = False) -> list[dict]:
+        sweep: Sequence[int] = (), kernels: bool = False, profile_iters: int = 1) -> list[dict]:
     """Time ``cfg``; with ``sweep``, the same model in the same process at each of those
     micro-batch counts in turn (one result each): what the host-cost probe varies in one launch."""
     torch, dist, rank, device = _setup(cfg, backend)
     try:
         result = _run(torch, dist, cfg, rank, device, warmup, iters, dump, tuple(sweep) or (cfg.micro_batches,),
-                      kernels and device.type == "cuda")
+                      kernels and device.type == "cuda", profile_iters)
         # every rank done before any tears down: gloo aborts a process whose peer closed first
         dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
         return result
@@ -538,7 +538,7 @@ def run(cfg: Config, backend: str, warmup: int, iters: int, dump: str | None = N
 
 
 def _run(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, dump: str | None,
-         micro_batch_counts: Sequence[int], kernels: bool = False) -> list[dict]:
+         micro_batch_counts: Sequence[int], kernels: bool = False, profile_iters: int = 1) -> list[dict]:
     cuda = device.type == "cuda"
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.dtype]
     place = Placement(Parallelism(pp=cfg.pp, mp=cfg.mp, dp=cfg.dp), gpus_per_node=cfg.world)
@@ -573,31 +573,49 @@ def _run(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, d
         cfg_m = replace(cfg, micro_batches=m)
         results.append(_time(torch, dist, cfg_m, rank, device, warmup, iters, dump, state, barrier))
         dump = None  # the correctness dump is of the first step of the first count only
-    if kernels:  # one more iteration of the last count, profiled
-        results[-1]["kernels"] = _profile_step(torch, cfg_m, rank, device, state, barrier)
+    if kernels:  # profile_iters more iterations of the last count, profiled
+        results[-1]["kernels"] = _profile_step(torch, cfg_m, rank, device, state, barrier, profile_iters)
     return results
 
 
-def _profile_step(torch, cfg: Config, rank: int, device, state, barrier) -> dict | None:
-    """One more iteration, profiled on rank 0 (the others run it plainly): its CUDA kernel seconds by
-    category and the GPU's busy time (train_hf_parallel.summarize_trace), beside its wall time."""
-    from torch.profiler import ProfilerActivity, profile
+def _profile_step(torch, cfg: Config, rank: int, device, state, barrier, iters: int = 1) -> dict | None:
+    """``iters`` more iterations back to back, profiled on rank 0 (the others run them plainly): their CUDA
+    kernel seconds by category and the GPU's busy time (train_hf_parallel.summarize_trace), beside their
+    wall time (summed over the iterations), and rank 0's kernel timeline (``timeline``: every kernel's
+    launch, start and duration, train_hf_parallel.kernel_timeline, and each iteration's ``[start_us,
+    end_us]`` on the host, from its ``record_function`` span): within one process, how a kernel's
+    duration changes from a cool GPU's first milliseconds to the power cap's steady state."""
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from train_hf_parallel import summarize_profile
+    from train_hf_parallel import chrome_trace, kernel_timeline, summarize_trace
 
     stage, pipe, data, dp_index, _, dp_group, optimizer, masters, _ = state
     ctx = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) if rank == 0 else contextlib.nullcontext()
     barrier()
     if cfg.idle_s > 0:  # a burst from a cool GPU, as the timed iterations were
         time.sleep(cfg.idle_s)
+    wall = 0.0
     with ctx as prof:
-        t0 = time.perf_counter()
-        train_step(torch, stage, pipe, cfg, data, dp_index, dp_group, optimizer, masters)
-        torch.cuda.synchronize(device)
-        wall = time.perf_counter() - t0
+        for k in range(iters):
+            t0 = time.perf_counter()
+            with record_function(f"{ITERATION_SPAN}{k}"):
+                train_step(torch, stage, pipe, cfg, data, dp_index, dp_group, optimizer, masters)
+                torch.cuda.synchronize(device)
+            wall += time.perf_counter() - t0
     barrier()
-    return summarize_profile(prof, wall) if rank == 0 else None
+    if rank != 0:
+        return None
+    trace = chrome_trace(prof)
+    events = trace.get("traceEvents", [])
+    spans = sorted([float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))] for e in events
+                   if e.get("ph") == "X" and str(e.get("name", "")).startswith(ITERATION_SPAN))
+    return {**summarize_trace(events, wall), "profiled_iterations": iters,
+            "timeline": {**kernel_timeline(trace), "iterations": spans}}
+
+
+#: the name of each profiled iteration's record_function span (then its index)
+ITERATION_SPAN = "train_3d.iteration."
 
 
 def _time(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, dump: str | None, state,
@@ -711,6 +729,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernels", default=None, metavar="JSONL",
                    help="profile one more iteration on rank 0 (GPUs only) and append its kernel seconds by "
                         "category and the GPU's busy time to this file")
+    p.add_argument("--profile-iters", type=int, default=1, metavar="K",
+                   help="with --kernels: profile K iterations back to back (the summary covers all K, its wall "
+                        "their sum)")
+    p.add_argument("--timeline", default=None, metavar="JSONL",
+                   help="with --kernels: append rank 0's kernel timeline of the profiled iterations (every "
+                        "kernel's launch, start, duration and name; each iteration's span) to this file")
     p.add_argument("--idle-s", type=float, default=0.0,
                    help="idle seconds before each timed iteration: bursts from a cool GPU, not back-to-back load")
     p.add_argument("--course", default=None, metavar="JSONL",
@@ -734,12 +758,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         dtype = args.dtype if args.dtype != "auto" else ("bf16" if backend == "nccl" else "fp32")
         if args.iters < 1 or args.warmup < 0:
             raise ConfigError("--iters", "need iters >= 1 and warmup >= 0")
+        if not 1 <= args.profile_iters <= 64:
+            raise ConfigError("--profile-iters", f"must be 1 to 64 iterations, got {args.profile_iters}")
+        if args.timeline and not args.kernels:
+            raise ConfigError("--timeline", "needs --kernels (the timeline is of the profiled iterations)")
         cfg = Config(pp=args.pp, mp=args.mp, dp=args.dp, hidden=args.hidden, heads=args.heads, layers=args.layers,
                      seq=args.seq, micro_batch=args.micro_batch, micro_batches=args.micro_batches, vocab=args.vocab,
                      recompute=args.recompute, dtype=dtype, seed=args.seed, lr=args.lr,
                      adam_eps=args.adam_eps, idle_s=args.idle_s)
         sweep = _counts(args.sweep_micro_batches)
-        results = run(cfg, backend, args.warmup, args.iters, args.dump, sweep, kernels=args.kernels is not None)
+        results = run(cfg, backend, args.warmup, args.iters, args.dump, sweep, kernels=args.kernels is not None,
+                      profile_iters=args.profile_iters)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -763,10 +792,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      "device": result["device"],
                                      "began_unix_s": result["began_unix_s"], "course": result["course"]}) + "\n")
         if args.kernels and result.get("kernels"):
+            key = {"layout": cfg_m.layout, "hidden": cfg_m.hidden, "layers": cfg_m.layers,
+                   "micro_batch": cfg_m.micro_batch, "micro_batches": cfg_m.micro_batches,
+                   "recompute": "full" if cfg_m.recompute else "none", "idle_s": cfg_m.idle_s}
+            summary = dict(result["kernels"])
+            timeline = summary.pop("timeline", None)
             with open(args.kernels, "a") as fh:
-                fh.write(json.dumps({"layout": cfg_m.layout, "hidden": cfg_m.hidden, "layers": cfg_m.layers,
-                                     "micro_batch": cfg_m.micro_batch, "micro_batches": cfg_m.micro_batches,
-                                     **result["kernels"]}) + "\n")
+                fh.write(json.dumps({**key, **summary}) + "\n")
+            if args.timeline and timeline is not None:
+                with open(args.timeline, "a") as fh:
+                    fh.write(json.dumps({**key, **timeline}) + "\n")
     return 0
 
 
