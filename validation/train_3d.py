@@ -608,8 +608,9 @@ def _profile_step(torch, cfg: Config, rank: int, device, state, barrier, iters: 
         return None
     trace = chrome_trace(prof)
     events = trace.get("traceEvents", [])
-    spans = sorted([float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))] for e in events
-                   if e.get("ph") == "X" and str(e.get("name", "")).startswith(ITERATION_SPAN))
+    spans = sorted([float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))] for e in events  # the host's span
+                   if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+                   and str(e.get("name", "")).startswith(ITERATION_SPAN))
     return {**summarize_trace(events, wall), "profiled_iterations": iters,
             "timeline": {**kernel_timeline(trace), "iterations": spans}}
 
