@@ -204,3 +204,47 @@ def test_the_power_table_reads_the_figures_off_the_course(tmp_path):
     assert tuple(rows["protocol"][0]) == t3d.COLUMNS
     assert float(rows["burst"][0]["min_s"]) == 0.92 and float(rows["protocol"][0]["min_s"]) == 1.0
     assert float(rows["sustained_min"][0]["median_s"]) == f["half_median_s"]
+
+
+@pytest.mark.parametrize("args, flag", [(["--profile-iters=0"], "--profile-iters"), (["--profile-iters=65"],
+                                        "--profile-iters"), (["--timeline=t.jsonl"], "--timeline")])
+def test_a_bad_profile_option_is_one_line_and_exit_2(args, flag, capsys):
+    assert t3d.main([*args, "--backend=gloo"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag in err[0]
+
+
+def _timeline(first: float, last: float) -> dict:
+    """Two iterations of a GEMM (3 ms) and an add (1 ms) ten times each: the first iteration's GEMMs
+    ``first`` times, the last's ``last`` times their 3 ms; launches inside each iteration's host span."""
+    kernels, spans, t = [], [], 0.0
+    for slow in (first, last):
+        start = t
+        for _ in range(10):
+            for name, dur in (("nvjet_sm90_gemm", 3000.0 * slow), ("vectorized_elementwise_add", 1000.0)):
+                kernels.append([t, t, dur, name])
+                t += dur
+        spans.append([start, t])
+        t += 500.0
+    return {"hidden": 64, "layers": 2, "micro_batch": 1, "micro_batches": 2, "recompute": "none",
+            "kernels": kernels, "iterations": spans, "base_ns": 0}
+
+
+def test_the_onset_analysis_matches_each_kernel_with_its_twin_in_the_last_iteration(tmp_path):
+    """validation/train3d_onset.py: a GEMM 10 % slower in the last iteration reads x1.10 in every window the
+    first iteration has kernels in, the adds x1.00, and the cool busy time is the first iteration's."""
+    import json
+
+    onset = load_script("train3d_onset")
+    a = onset.analyse(_timeline(1.0, 1.1))
+    assert a["cool_gemm"] == pytest.approx(1.1) and a["cool_other"] == pytest.approx(1.0)
+    assert a["busy_ms"] == pytest.approx([40.0, 43.0])
+    assert a["cool_busy_ms"] == pytest.approx(40.0)
+    assert a["ratio_by_window"]["gemm:20-50"] == pytest.approx(1.1)
+    assert a["ratio_by_window"]["gemm:50-100"] is None  # the first iteration ends at 40 ms
+    path = tmp_path / "timeline.jsonl"
+    path.write_text(json.dumps(_timeline(1.0, 1.0)) + "\n")
+    assert onset.main([str(path), "--json"]) == 0
+    assert onset.main([str(tmp_path / "missing.jsonl")]) == 2
+    with pytest.raises(ValueError, match="two or more"):
+        onset.analyse({**_timeline(1.0, 1.0), "iterations": [[0.0, 1e9]]})
