@@ -90,7 +90,9 @@ def write_tables(out: Path, courses: list[dict], bursts: list[dict]) -> None:
         out_rows = []
         for r in recs:
             secs = pick(r)
-            out_rows.append({"layout": "pp1-mp1-dp1", "pp": 1, "mp": 1, "dp": 1, "hidden": r["hidden"],
+            layout = r.get("layout", "pp1-mp1-dp1")  # ppA-mpB-dpC, as train_3d.py names it
+            pp, mp, dp = (int(part[2:]) for part in layout.split("-"))
+            out_rows.append({"layout": layout, "pp": pp, "mp": mp, "dp": dp, "hidden": r["hidden"],
                              "heads": r["heads"], "layers": r["layers"], "seq": r["seq"],
                              "micro_batch": r["micro_batch"], "micro_batches": r["micro_batches"],
                              "recompute": r["recompute"], "min_s": f"{fastest(secs):.6f}",

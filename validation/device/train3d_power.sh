@@ -8,6 +8,7 @@
 # a table last (python validation/train3d_power_table.py). BURSTS=N (default 0): before each shape's load,
 # N iterations each after IDLE_S (2) idle seconds, in their own launch ($OUT/burst.jsonl): the shape from
 # a cool GPU, as the operator samples are timed. Logs go to $OUT/log.txt (few files come back).
+# NPROC=2 LAYOUT="--pp 2": the same on that many GPUs in that layout (rank 0's course); PAIRS="": no HF control.
 set -u
 . validation/device/gpu_workdir.sh train3d_power
 nvidia-smi --query-gpu=index,name,uuid,serial,power.limit,clocks.max.sm,vbios_version --format=csv > "$R/gpus.csv"
@@ -20,7 +21,8 @@ SUSTAIN_S=${SUSTAIN_S:-16}
 SHAPES=${SHAPES:-"A:2048:16:8:2048:2:8:none:0.23 B:4096:32:8:2048:1:8:none:0.37 D:4096:32:12:2048:1:8:none:0.52 \
 E:1024:16:12:4096:2:4:full:0.18 F:3072:24:6:1024:8:2:full:0.20 G:6144:48:2:2048:4:4:none:0.44 H:4096:32:4:2048:2:8:none:0.39"}
 t3d() {  # train_3d.py on one GPU at the current shape; extra arguments follow
-  timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 1 validation/train_3d.py --hidden "$d" \
+  timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node "${NPROC:-1}" validation/train_3d.py \
+    ${LAYOUT:-} --hidden "$d" \
     --heads "$h" --layers "$L" --seq "$seq" --micro-batch "$b" --micro-batches "$m" $extra --warmup 3 --dtype bf16 "$@" \
     >> "$R/log.txt" 2>&1
 }
@@ -38,9 +40,9 @@ for s in $SHAPES; do IFS=: read -r name d h L seq b m rc per <<<"$s"
     && echo "{\"name\": \"$name\"}" >> "$W/done.txt" || { echo "FAILED $name"; tail -3 "$R/log.txt"; }
   tail -1 "$R/log.txt"
 done
-if [ -n "${PAIRS:-c09}" ] && (( $(date +%s) - t0 < DEADLINE - 70 )); then
+if [ -n "${PAIRS-c09}" ] && (( $(date +%s) - t0 < DEADLINE - 70 )); then
   sleep 8
-  timeout 120 python3 validation/probe_throttle_onset.py --out "$R/onset.jsonl" --pairs "${PAIRS:-c09}" --cool-s 2 \
+  timeout 120 python3 validation/probe_throttle_onset.py --out "$R/onset.jsonl" --pairs "${PAIRS-c09}" --cool-s 2 \
     --config-csv validation/configs.csv >> "$R/log.txt" 2>&1 || echo "FAILED pairs"
 fi
 kill $SMI 2>/dev/null
