@@ -204,6 +204,11 @@ def test_the_power_table_reads_the_figures_off_the_course(tmp_path):
     assert tuple(rows["protocol"][0]) == t3d.COLUMNS
     assert float(rows["burst"][0]["min_s"]) == 0.92 and float(rows["protocol"][0]["min_s"]) == 1.0
     assert float(rows["sustained_min"][0]["median_s"]) == f["half_median_s"]
+    assert (rows["protocol"][0]["layout"], rows["protocol"][0]["mp"]) == ("pp1-mp1-dp1", "1")  # no layout: one GPU
+    (tmp_path / "course.jsonl").write_text(json.dumps({**rec, "layout": "pp2-mp1-dp1"}) + "\n")
+    assert table.main([str(tmp_path), "--tables"]) == 0
+    row = next(csv.DictReader((tmp_path / "measured_protocol.csv").open()))
+    assert (row["layout"], row["pp"], row["mp"], row["dp"]) == ("pp2-mp1-dp1", "2", "1", "1")
 
 
 @pytest.mark.parametrize("args, flag", [(["--profile-iters=0"], "--profile-iters"), (["--profile-iters=65"],
