@@ -3,9 +3,10 @@
 Every committed table pair with a cool burst (each iteration after 2-3 s idle: the first iteration after
 idle runs cool throughout, machine EB, docs/efficiency.md) and the fastest iteration of the second half of
 a sustained run, on the Hugging Face path (validation/throttle_onset_*, broad_hf2_*_throttle_*,
-power_same_chip_*) and on train_3d.py's (train3d_power_*). Per row: the model's tensor-core share D,
-filler class w and curve factor g (its power-cap note), the measured sustained-over-burst slowdown S and
-the training's own g = 1 + S / D, and the model's capped over its cap-free iteration.
+power_same_chip_*) and on train_3d.py's, one GPU (train3d_power_*, ``t3d``) and two (``t3d2``). Per row:
+the model's tensor-core share D, filler class w and curve factor g (its power-cap note), the measured
+sustained-over-burst slowdown S and the training's own g = 1 + S / D, and the model's capped over its
+cap-free iteration.
 
     python validation/cap_training_g.py [--set SECTION.KEY=VALUE ...]
 """
@@ -23,7 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 HF_SETS = (("AN", "throttle_onset_h200_machineAN"), ("DL", "throttle_onset_h200_machineDL"),
            ("DA", "broad_hf2_h200_throttle_machineDA"), ("DB", "power_same_chip_h200_machineDB"))
-T3D_SETS = (("DW", "train3d_power_h200_machineDW"),)
+#: (tag, folder, path label): train_3d.py on one GPU (DW), and pp2, mp2, dp2 on a 2x H200 (ED)
+T3D_SETS = (("DW", "train3d_power_h200_machineDW", "t3d"), ("ED", "train3d_power_h200_2gpu_machineED/pp2", "t3d2"),
+            ("ED", "train3d_power_h200_2gpu_machineED/mp2", "t3d2"),
+            ("ED", "train3d_power_h200_2gpu_machineED/dp2", "t3d2"))
 NOTE = re.compile(r"tensor-core work (\d+) % of the iteration beside other work of filler class ([\d.]+)"
                   r".*?bf16 x([\d.]+)")
 
@@ -64,14 +68,15 @@ def t3d_rows(extra: list[str]) -> list[dict]:
 
     sets = [f"--set={e}" for e in extra]
     out = []
-    for tag, folder in T3D_SETS:
+    for tag, folder, label in T3D_SETS:
         base = ROOT / "validation" / folder
         capped = runs(str(base / "measured_burst.csv"), sets)
         free = runs(str(base / "measured_burst.csv"), [*sets, "--set=profile.power_cap=false"])
         sus = runs(str(base / "measured_sustained_min.csv"), sets)
         for c, f, s in zip(capped, free, sus, strict=True):
             d, w, g = cap_note(c["notes"])
-            out.append({"set": tag, "name": c["shape"], "path": "t3d", "burst_s": c["measured_s"],
+            out.append({"set": tag, "name": f"{c['layout'].replace('-mp1', '').replace('-dp1', '')} {c['shape']}"
+                        if label == "t3d2" else c["shape"], "path": label, "burst_s": c["measured_s"],
                         "sustained_min_s": s["measured_s"], "capped_s": c["simulated_s"], "free_s": f["simulated_s"],
                         "D": d, "w": w, "g": g})
     return out
@@ -90,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['g'] or 1:.3f}   | "
               f"{100 * s:+5.1f} %  {g_train:.3f}      | {100 * (r['capped_s'] / r['free_s'] - 1):+5.1f} %    "
               f"{100 * (r['free_s'] / r['burst_s'] - 1):+5.1f} %")
-    for path in ("hf", "t3d"):
+    for path in ("hf", "t3d", "t3d2"):
         rr = [r for r in rows if r["path"] == path]
         if not rr:
             continue
