@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from probe_gemm_sizes_cap import timed_mean  # noqa: E402  (seconds per run, one event pair around them)
 
 STREAM_RUNS = 400
 
@@ -58,13 +60,7 @@ def stream_us(torch: Any, env: Any, fn: Callable[[], Any], runs: int = STREAM_RU
     for _ in range(3):
         torch.cuda.synchronize()
         torch.cuda._sleep(int(30.0 * env.sleep_cycles_per_ms))  # 30 ms: the host queues every run meanwhile
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(runs):
-            fn()
-        e.record()
-        e.synchronize()
-        out.append(s.elapsed_time(e) * 1e3 / runs)
+        out.append(1e6 * timed_mean(torch, fn, runs))
     return statistics.median(out)
 
 

@@ -4,11 +4,7 @@
 # $OUT/filler_size.jsonl, $OUT/smi.csv, $OUT/gpus.csv, $OUT/log.txt; the table last.
 set -u
 . validation/device/gpu_workdir.sh filler_size
-nvidia-smi --query-gpu=index,name,uuid,serial,power.limit,clocks.max.sm,vbios_version --format=csv > "$R/gpus.csv"
-nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.sw_power_cap \
-  --format=csv,noheader,nounits -lms 100 > "$R/smi.csv" 2>&1 &
-SMI=$!
-trap 'kill $SMI 2>/dev/null' EXIT
+. validation/device/smi_log.sh
 python3 validation/probe_filler_size.py --out "$R/filler_size.jsonl" --idle-s "${IDLE_S:-2}" \
   --sustain-s "${SUSTAIN_S:-6}" > "$R/log.txt" 2>&1
 kill $SMI 2>/dev/null

@@ -8,11 +8,7 @@
 # nvidia-smi's SM clock and power every 0.1 s throughout ($OUT/smi.csv). Logs in $OUT/log.txt.
 set -u
 . validation/device/gpu_workdir.sh gemm_sizes_cap
-nvidia-smi --query-gpu=index,name,uuid,serial,power.limit,clocks.max.sm,vbios_version --format=csv > "$R/gpus.csv"
-nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.sw_power_cap \
-  --format=csv,noheader,nounits -lms 100 > "$R/smi.csv" 2>&1 &
-SMI=$!
-trap 'kill $SMI 2>/dev/null' EXIT
+. validation/device/smi_log.sh
 python3 validation/probe_gemm_sizes_cap.py --out "$R/gemm_sizes.jsonl" --idle-s "${IDLE_S:-2}" \
   --sustain-s "${SUSTAIN_S:-6}" 2>&1 | tee -a "$R/log.txt"
 P="A:2048:16:8:2048:2:8:none G:6144:48:2:2048:4:4:none"

@@ -7,11 +7,7 @@
 # (python validation/train3d_onset.py).
 set -u
 . validation/device/gpu_workdir.sh train3d_onset
-nvidia-smi --query-gpu=index,name,uuid,serial,power.limit,clocks.max.sm,vbios_version --format=csv > "$R/gpus.csv"
-nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.sw_power_cap \
-  --format=csv,noheader,nounits -lms 100 > "$R/smi.csv" 2>&1 &
-SMI=$!
-trap 'kill $SMI 2>/dev/null' EXIT
+. validation/device/smi_log.sh
 # name hidden heads layers seq micro_batch micro_batches recompute expected-seconds-per-iteration
 SHAPES=${SHAPES:-"A:2048:16:8:2048:2:8:none:0.23 G:6144:48:2:2048:4:4:none:0.42 B:4096:32:8:2048:1:8:none:0.36 \
 F:3072:24:6:1024:8:2:full:0.19 E:1024:16:12:4096:2:4:full:0.17 H:4096:32:4:2048:2:8:none:0.38 D:4096:32:12:2048:1:8:none:0.52"}

@@ -11,11 +11,7 @@
 # NPROC=2 LAYOUT="--pp 2": the same on that many GPUs in that layout (rank 0's course); PAIRS="": no HF control.
 set -u
 . validation/device/gpu_workdir.sh train3d_power
-nvidia-smi --query-gpu=index,name,uuid,serial,power.limit,clocks.max.sm,vbios_version --format=csv > "$R/gpus.csv"
-nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.sw_power_cap \
-  --format=csv,noheader,nounits -lms 100 > "$R/smi.csv" 2>&1 &
-SMI=$!
-trap 'kill $SMI 2>/dev/null' EXIT
+. validation/device/smi_log.sh
 SUSTAIN_S=${SUSTAIN_S:-16}
 # name hidden heads layers seq micro_batch micro_batches recompute expected-seconds-per-iteration
 SHAPES=${SHAPES:-"A:2048:16:8:2048:2:8:none:0.23 B:4096:32:8:2048:1:8:none:0.37 D:4096:32:12:2048:1:8:none:0.52 \
