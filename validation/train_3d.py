@@ -578,6 +578,10 @@ def _run(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, d
     return results
 
 
+#: the name of each profiled iteration's record_function span (then its index)
+ITERATION_SPAN = "train_3d.iteration."
+
+
 def _profile_step(torch, cfg: Config, rank: int, device, state, barrier, iters: int = 1) -> dict | None:
     """``iters`` more iterations back to back, profiled on rank 0 (the others run them plainly): their CUDA
     kernel seconds by category and the GPU's busy time (train_hf_parallel.summarize_trace), beside their
@@ -614,9 +618,6 @@ def _profile_step(torch, cfg: Config, rank: int, device, state, barrier, iters: 
     return {**summarize_trace(events, wall), "profiled_iterations": iters,
             "timeline": {**kernel_timeline(trace), "iterations": spans}}
 
-
-#: the name of each profiled iteration's record_function span (then its index)
-ITERATION_SPAN = "train_3d.iteration."
 
 
 def _time(torch, dist, cfg: Config, rank: int, device, warmup: int, iters: int, dump: str | None, state,
@@ -728,8 +729,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, metavar="CSV", help=f"append the row here (e.g. {DEFAULT_OUT.name})")
     p.add_argument("--dump", default=None, metavar="DIR", help="save each rank's parameters after step 1")
     p.add_argument("--kernels", default=None, metavar="JSONL",
-                   help="profile one more iteration on rank 0 (GPUs only) and append its kernel seconds by "
-                        "category and the GPU's busy time to this file")
+                   help="profile one more iteration (--profile-iters K: K more) on rank 0 (GPUs only) and append "
+                        "its kernel seconds by category and the GPU's busy time to this file")
     p.add_argument("--profile-iters", type=int, default=1, metavar="K",
                    help="with --kernels: profile K iterations back to back (the summary covers all K, its wall "
                         "their sum)")
