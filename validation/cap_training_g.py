@@ -23,7 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HF_SETS = (("AN", "throttle_onset_h200_machineAN"), ("DL", "throttle_onset_h200_machineDL"),
-           ("DA", "broad_hf2_h200_throttle_machineDA"), ("DB", "power_same_chip_h200_machineDB"))
+           ("DA", "broad_hf2_h200_throttle_machineDA"), ("DB", "power_same_chip_h200_machineDB"),
+           ("EE", "hf_decompose_h200_machineEE/pairs"))
 #: (tag, folder, path label): train_3d.py on one GPU (DW), and pp2, mp2, dp2 on a 2x H200 (ED)
 T3D_SETS = (("DW", "train3d_power_h200_machineDW", "t3d"), ("ED", "train3d_power_h200_2gpu_machineED/pp2", "t3d2"),
             ("ED", "train3d_power_h200_2gpu_machineED/mp2", "t3d2"),
