@@ -14,10 +14,8 @@ cap-free iteration.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -42,7 +40,7 @@ def cap_note(notes) -> tuple[float, float, float] | tuple[None, None, None]:
 
 
 def hf_rows(extra: list[str]) -> list[dict]:
-    from trainsim.scenarios.commands.validate import SHAPE_KEYS, gpu_overrides, read_measured
+    from trainsim.scenarios.commands.validate import read_measured, row_overrides
     from trainsim.scenarios.compose import predict
     from trainsim.scenarios.schema import load_scenario
 
@@ -51,8 +49,7 @@ def hf_rows(extra: list[str]) -> list[dict]:
         burst = {r["name"]: r for r in read_measured(str(ROOT / "validation" / folder / "measured_burst.csv"))}
         sus = {r["name"]: r for r in read_measured(str(ROOT / "validation" / folder / "measured_sustained_min.csv"))}
         for name, row in burst.items():
-            over = [f"{key}={row[col]}" for col, key in SHAPE_KEYS.items() if row.get(col)] + \
-                gpu_overrides(row, extra) + extra
+            over = row_overrides(row, extra)
             capped = predict(load_scenario("gptneox-h100", over))
             free = predict(load_scenario("gptneox-h100", [*over, "profile.power_cap=false"]))
             d, w, g = cap_note(capped.costs.notes)
@@ -63,17 +60,14 @@ def hf_rows(extra: list[str]) -> list[dict]:
 
 
 def t3d_rows(extra: list[str]) -> list[dict]:
-    def runs(table: str, more: list[str]) -> list[dict]:
-        args = ["trainsim", "validate", "--measured-multi", table, "--json", "-q", *more]
-        return json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)["runs"]
+    from trainsim.scenarios.compare_multi import rows as runs  # what `trainsim validate --measured-multi` prints
 
-    sets = [f"--set={e}" for e in extra]
     out = []
     for tag, folder, label in T3D_SETS:
         base = ROOT / "validation" / folder
-        capped = runs(str(base / "measured_burst.csv"), sets)
-        free = runs(str(base / "measured_burst.csv"), [*sets, "--set=profile.power_cap=false"])
-        sus = runs(str(base / "measured_sustained_min.csv"), sets)
+        capped = runs(base / "measured_burst.csv", overrides=extra)
+        free = runs(base / "measured_burst.csv", overrides=[*extra, "profile.power_cap=false"])
+        sus = runs(base / "measured_sustained_min.csv", overrides=extra)
         for c, f, s in zip(capped, free, sus, strict=True):
             d, w, g = cap_note(c["notes"])
             out.append({"set": tag, "name": f"{c['layout'].replace('-mp1', '').replace('-dp1', '')} {c['shape']}"

@@ -69,14 +69,11 @@ def analyse(rec: dict) -> dict:
     iters = by_iteration(rec)
     if len(iters) < 2 or not iters[0] or not iters[-1]:
         raise ValueError("need two or more profiled iterations with kernels")
-    first, last = iters[0], occurrences(iters[-1])
-    t0 = first[0][1]
+    last = occurrences(iters[-1])
+    t0 = iters[0][0][1]
     sums = {(cat, w): [0.0, 0.0] for cat in ("gemm", "other") for w in range(len(WINDOWS_MS) - 1)}
-    seen: dict[str, int] = {}
-    for k in first:
-        n = seen.get(k[3], 0)
-        seen[k[3]] = n + 1
-        twin = last.get((k[3], n))
+    for key, k in occurrences(iters[0]).items():  # in start order
+        twin = last.get(key)
         if twin is None or k[2] <= 0:
             continue
         cat = "gemm" if kernel_category(k[3]) == "gemm" else "other"

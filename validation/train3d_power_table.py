@@ -116,8 +116,7 @@ def main(argv: list[str]) -> int:
     if "--tables" in argv[1:]:
         write_tables(out, read_jsonl(out / "course.jsonl"), read_jsonl(out / "burst.jsonl"))
     smi = read_smi(out / "smi.csv") if (out / "smi.csv").exists() else []
-    bursts = {shape_name(r): statistics.median(dt for _, dt in r["course"][r["warmup"]:])
-              for r in read_jsonl(out / "burst.jsonl")}
+    bursts = {shape_name(r): statistics.median(timed(r)) for r in read_jsonl(out / "burst.jsonl")}
     print("shape                     burst ms  iters load s  protocol ms  2nd-half min  median   MHz start/half   "
           "W start/half")
     for rec in read_jsonl(out / "course.jsonl"):

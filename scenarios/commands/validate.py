@@ -97,14 +97,19 @@ def gpu_overrides(row: dict[str, str], extra: list[str]) -> list[str]:
     return [f"cluster.gpu={gpu}", f"profile.name={SHIPPED_PROFILE[gpu]}"]
 
 
+def row_overrides(row: dict[str, str], extra: list[str]) -> list[str]:
+    """The ``--set`` items that make a scenario one measured row: its shape, its GPU and that GPU's
+    profile (:func:`gpu_overrides`), then ``extra``."""
+    return [f"{key}={row[col]}" for col, key in SHAPE_KEYS.items() if row.get(col)] + \
+        gpu_overrides(row, extra) + list(extra)
+
+
 def predict_row(row: dict[str, str], scenario: str, extra: list[str], cache_dir: str | None) -> dict:
     from trainsim.operators.memory import memory_per_gpu
     from trainsim.scenarios.compose import predict
     from trainsim.scenarios.schema import load_scenario
 
-    overrides = [f"{key}={row[col]}" for col, key in SHAPE_KEYS.items() if row.get(col)] + \
-        gpu_overrides(row, extra) + list(extra)
-    sc = load_scenario(scenario, overrides)
+    sc = load_scenario(scenario, row_overrides(row, extra))
     pred = predict(sc, cache_dir=cache_dir)
     iteration = pred.eq7.iteration_s
     cost = pred.costs.stages[0]
